@@ -1,0 +1,1166 @@
+"""The actions of the transition system.
+
+Every action is a small named function registered with :func:`action`, its
+guard given first (in the decorator) and its effect in the body.  The effect
+returns the next state and the *events* the step emitted (acquisitions,
+releases, sends, reads, streams), which transition properties inspect.
+
+Each action takes ``(ctx, state, rid, arg)``: the context (release record and
+scenario), the state, the request it acts on, and an optional choice (pages
+to allocate, prefix hit) that ``choices`` enumerates.  The exhaustive
+explorer, the Hypothesis state machine and trace replay all iterate over
+``ACTIONS``; none of them knows the protocol.
+
+Release differences live in the release record (``ctx.release``), never in an
+``if release >= ...`` here.  Docstrings cite the SGLang code each action
+models, per release (``a/b/c/d/e`` = lines in 0.5.19/20/21/22/23).
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+import attrs
+
+from . import guards as g
+from .guards import is_aborted
+from .releases import Release
+from .scenario import Scenario
+from .state import (ABORT_400, ABORT_500, LENGTH, DecodeReq, DStage, Finish, KVPoll,
+                    MetaSlot, Msg, Page, PrefillReq, PStage, Room, State)
+
+
+@attrs.frozen
+class Ctx:
+    release: Release
+    scenario: Scenario
+
+    @property
+    def deferred(self) -> bool:
+        d = self.scenario.deferred_release
+        return self.release.deferred_release_default if d is None else d
+
+    @property
+    def abort_status(self) -> Finish:
+        return Finish("abort", self.release.client_abort_status)
+
+
+@attrs.frozen(order=True)
+class Event:
+    """Something a step did that a transition property may look at.
+
+    kinds: acquire(resource) | release(resource, held) | send(last, has_metadata)
+    | requeue | door_retire(reentering) | prealloc(aborted) | read(foreign)
+    | late_effect(what) | stream(status)
+    """
+
+    kind: str
+    rid: int
+    side: str
+    info: Tuple = ()
+
+
+Effect = Tuple[State, Tuple[Event, ...]]
+
+
+@attrs.frozen
+class Action:
+    name: str
+    actor: str  # client | prefill | decode | transfer
+    guard: Callable[[Ctx, State, int], bool]
+    effect: Callable
+    choices: Optional[Callable[[Ctx, State, int], Iterable[Tuple]]] = None
+    event_flag: Optional[str] = None  # scenario.events flag that enables it
+
+    @property
+    def doc(self) -> str:
+        return (self.effect.__doc__ or "").strip()
+
+    def enabled(self, ctx: Ctx, s: State, rid: int) -> bool:
+        if self.event_flag and not getattr(ctx.scenario.events, self.event_flag):
+            return False
+        return self.guard(ctx, s, rid)
+
+    def args(self, ctx: Ctx, s: State, rid: int) -> Iterable[Tuple]:
+        return self.choices(ctx, s, rid) if self.choices else ((),)
+
+
+ACTIONS: List[Action] = []
+BY_NAME: Dict[str, Action] = {}
+
+
+def action(actor: str, guard: Callable, choices: Callable = None, event: str = None):
+    """Register an action: ``guard(ctx, s, rid) -> bool`` first, effect below."""
+    def deco(fn):
+        a = Action(fn.__name__, actor, guard, fn, choices, event)
+        ACTIONS.append(a)
+        BY_NAME[a.name] = a
+        return fn
+    return deco
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def set_p(s: State, r: int, **kw) -> State:
+    return attrs.evolve(s, p=s.p[:r] + (attrs.evolve(s.p[r], **kw),) + s.p[r + 1:])
+
+
+def set_d(s: State, r: int, **kw) -> State:
+    return attrs.evolve(s, d=s.d[:r] + (attrs.evolve(s.d[r], **kw),) + s.d[r + 1:])
+
+
+def set_room(s: State, r: int, **kw) -> State:
+    return attrs.evolve(s, rooms=s.rooms[:r] + (attrs.evolve(s.rooms[r], **kw),) + s.rooms[r + 1:])
+
+
+def send(s: State, msg: Msg) -> State:
+    return attrs.evolve(s, net=s.net + (msg,))
+
+
+def consume(s: State, msg: Msg) -> State:
+    i = s.net.index(msg)
+    return attrs.evolve(s, net=s.net[:i] + s.net[i + 1:])
+
+
+def room_id(r: int) -> int:
+    return r + 1
+
+
+def sender_poll(s: State, r: int) -> Optional[KVPoll]:
+    """Sender poll (mc 19:2399-2419): the latched conclude_state, else
+    ``request_status[room]``, with Success reported as Transferring while
+    chunks of the room are still outstanding."""
+    room = s.rooms[r]
+    if room.concluded is not None:
+        return room.concluded
+    if room.status == KVPoll.Success and s.msgs("chunk", r):
+        return KVPoll.Transferring
+    return room.status
+
+
+def update_status(ctx: Ctx, s: State, r: int, new: KVPoll) -> State:
+    return set_room(s, r, status=ctx.release.update_status(s.rooms[r].status, new))
+
+
+def sender_abort(ctx: Ctx, s: State, r: int) -> State:
+    """``CommonKVSender.abort`` (cc 1350/1578/1711/2147/2458): record a failure,
+    set Failed, latch ``conclude_state = Failed``.  Sends nothing to D."""
+    s = update_status(ctx, s, r, KVPoll.Failed)
+    return set_room(s, r, failure_record=True, concluded=KVPoll.Failed)
+
+
+def sender_clear(s: State, r: int) -> State:
+    """``CommonKVSender.clear``: pop request_status, transfer_infos, prefix."""
+    return set_room(s, r, status=None, dst=None, dst_slot=-1, prefix=0)
+
+
+def failure_exception(s: State, r: int) -> State:
+    """``failure_exception()``: clear(), pop failure_records[room], raise."""
+    return set_room(sender_clear(s, r), r, failure_record=False)
+
+
+def p_release_kv(s: State, r: int, unconditional: bool) -> Tuple[State, Tuple[Event, ...]]:
+    """``release_kv_cache`` on P (memc 254/276/292/378/400).  An unconditional
+    call on a request that holds nothing is recorded (0.5.19 asserts
+    ``supports_mamba()`` there, memc 19:254-263)."""
+    req = s.p[r]
+    held = req.holds_kv or req.holds_mamba
+    evs = (Event("release", r, "prefill", ("kv", held)),) if (held or unconditional) else ()
+    return set_p(s, r, kv_pages=0, holds_mamba=False), evs
+
+
+def p_free_metadata(s: State, r: int) -> State:
+    """``maybe_release_metadata_buffer`` (pf 115/123/139/144/157): idempotent."""
+    return set_p(s, r, holds_metadata=False)
+
+
+def stream_p(s: State, r: int, status: int) -> Tuple[State, Tuple[Event, ...]]:
+    req = s.p[r]
+    s = set_p(s, r, answer=status if req.answer is None else req.answer)
+    return s, (Event("stream", r, "prefill", (status,)),)
+
+
+def stream_d(s: State, r: int, status: int, own: Optional[bool] = None) -> Tuple[State, Tuple[Event, ...]]:
+    req = s.d[r]
+    if req.answer is None:
+        s = set_d(s, r, answer=status, own_data=own)
+    return s, (Event("stream", r, "decode", (status,)),)
+
+
+def promote(req) -> dict:
+    """``Req.update_finish_state`` for a pending verdict: to_finish -> finished_reason."""
+    if req.finished_reason is None and req.to_finish is not None:
+        return dict(finished_reason=req.to_finish, to_finish=None)
+    return {}
+
+
+def validate_intake(sc_limit: int, auto_truncate: bool, prompt: int) -> dict:
+    """``validate_input_length`` (sch 2850/2990/3033/3119/3246) against the
+    worker's own ``max_req_input_len``; on failure ``set_finish_with_abort``
+    (sb 1927/2054/2130/2125/2221) or, with ``--allow-auto-truncate``, the cut
+    of managers/utils.py 19:206-236."""
+    if prompt <= sc_limit:
+        return dict(origin_pages=prompt)
+    if auto_truncate:
+        return dict(origin_pages=sc_limit)
+    return dict(origin_pages=1, to_finish=ABORT_400, rejected=True)
+
+
+def run_retire_cleanup(ctx: Ctx, req, steps: Tuple[str, ...]) -> dict:
+    """``Scheduler.retire_unadmitted_request`` (sch 21:3242, 22:3328, 23:3455):
+    (1) conversation abort + clear the handle, (2) beam retire, (3) HiCache
+    ``finish(ABORT)``, (4) ``update_finish_state``, (5) ``stream_output``."""
+    out = {}
+    if "session" in steps:
+        out["session_slot"] = False
+    if "hicache" in steps:
+        out["cache_handle"] = False
+    if "promote" in steps:
+        out.update(promote(req))
+    return out
+
+
+# ================================================================ intake
+
+
+def _absent_p(c, s, r):
+    return s.p[r].stage is PStage.ABSENT
+
+
+@action("client", guard=_absent_p)
+def p_intake(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """Intake on prefill: ``handle_generate_request`` (sch 2586/2724/2749/2820/2943)
+    validates the prompt against P's limit, then ``_add_request_to_queue``
+    (sch 3018/3193/3266/3353/3480) dispatches it to the bootstrap door."""
+    sc = c.scenario
+    fields = validate_intake(sc.prefill.intake_limit_pages, sc.prefill.auto_truncate,
+                             sc.prompt_pages[r])
+    s = set_p(s, r, stage=PStage.DOOR, session_slot=sc.sessions,
+              cache_handle=c.release.has_cache_handle,
+              requeues_left=sc.optimistic_prefill_attempts, **fields)
+    return s, ()
+
+
+def _absent_d(c, s, r):
+    return s.d[r].stage is DStage.ABSENT
+
+
+@action("client", guard=_absent_d)
+def d_intake(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """Intake on decode: the same validation against D's own limit, then
+    dispatch to ``DecodePreallocQueue.add`` with ``is_retracted=False``."""
+    sc = c.scenario
+    fields = validate_intake(sc.decode.intake_limit_pages, sc.decode.auto_truncate,
+                             sc.prompt_pages[r])
+    s = set_d(s, r, stage=DStage.DOOR, session_slot=sc.sessions,
+              cache_handle=c.release.has_cache_handle, **fields)
+    return s, ()
+
+
+# ================================================================ prefill
+
+
+def _at_p_door(c, s, r):
+    return s.p[r].stage is PStage.DOOR
+
+
+@action("prefill", guard=_at_p_door)
+def p_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """P1 ``PrefillBootstrapQueue.add`` (pf 385/399/417/429/452): the release's
+    ``prefill_door`` guard point, then ``create_sender`` (pf 326/340/357/373/396)
+    whose capacity check reads ``len(origin_input_ids)`` against the pool
+    (<=0.5.22) or ``max_input_len`` (0.5.23, pf 23:148-155)."""
+    req = s.p[r]
+    rel = c.release
+    if rel.prefill_door(req):
+        reentering = req.is_retracted or req.holds_kv or req.holds_metadata
+        s = set_p(s, r, stage=PStage.GONE, **run_retire_cleanup(c, req, rel.retire_cleanup))
+        evs = (Event("door_retire", r, "prefill", (reentering,)),)
+        if "stream" in rel.retire_cleanup:
+            s, ev2 = stream_p(s, r, (s.p[r].finished_reason or ABORT_400).status)
+            evs += ev2
+        return s, evs
+    limit = (c.scenario.prefill.pool_pages if rel.sender_capacity == "pool"
+             else c.scenario.prefill.intake_limit_pages)
+    if req.origin_pages > limit:
+        s = set_p(s, r, stage=PStage.GONE, finished_reason=ABORT_400)
+        return stream_p(s, r, 400)
+    s = set_p(s, r, stage=PStage.BOOTSTRAP, has_sender=True, pending_bootstrap=True)
+    s = update_status(c, s, r, KVPoll.Bootstrapping)
+    return s, (Event("acquire", r, "prefill", ("sender",)),)
+
+
+def _metadata_arrived(c, s, r):
+    return bool(s.msgs("metadata", r))
+
+
+@action("prefill", guard=_metadata_arrived)
+def p_recv_metadata(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """P's bootstrap thread receives D's destinations (mc 19:2135; 21:2551-2571;
+    23:3034): stores ``transfer_infos[room]`` and sets WaitingForInput through
+    ``update_status``, whether or not a local sender exists."""
+    msg = s.msgs("metadata", r)[0]
+    s = consume(s, msg)
+    s = set_room(s, r, dst=msg.pages, dst_slot=msg.slot, prefix=msg.checksum[0] if msg.checksum else 0)
+    return update_status(c, s, r, KVPoll.WaitingForInput), ()
+
+
+def _can_take_metadata(c, s, r):
+    return s.p[r].holds_metadata or s.p_metadata_used() < c.scenario.prefill.metadata_buffers
+
+
+def _optimistic(c, s, r):
+    return c.scenario.optimistic_prefill_attempts > 0 and not s.p[r].is_retracted
+
+
+def _bootstrap_ready(c, s, r):
+    if s.p[r].stage is not PStage.BOOTSTRAP:
+        return False
+    poll = sender_poll(s, r)
+    if poll == KVPoll.Failed:
+        return True
+    if poll == KVPoll.WaitingForInput:
+        return _can_take_metadata(c, s, r)
+    return poll == KVPoll.Bootstrapping and _optimistic(c, s, r) and _can_take_metadata(c, s, r)
+
+
+def handle_bootstrap_failure(c: Ctx, s: State, r: int) -> Effect:
+    """``handle_bootstrap_failure`` (pf 1021/1125/1182/1309/1352): clear the pending
+    chunk, ``failure_exception()``, release KV/Mamba if held, free metadata,
+    ``pending_bootstrap=False``, ``prepare_abort(500)``, stream."""
+    s = failure_exception(s, r)
+    s, evs = p_release_kv(s, r, unconditional=False)
+    s = set_p(p_free_metadata(s, r), r, pending_bootstrap=False, finished_reason=ABORT_500,
+              stage=PStage.GONE, cache_handle=False)
+    s, ev2 = stream_p(s, r, 500)
+    return s, evs + ev2
+
+
+def finalize_bootstrap(c: Ctx, s: State, r: int) -> Effect:
+    """``ensure_metadata_buffer`` + ``finalize_bootstrap`` (pf 363/377/394/406/429):
+    ``start_send_idx = decode_prefix_len``; ``sender.init(ceil((len(origin) -
+    prefix)/page), idx)``; ``pending_bootstrap=False``."""
+    req = s.p[r]
+    evs = () if req.holds_metadata else (Event("acquire", r, "prefill", ("metadata",)),)
+    prefix = s.rooms[r].prefix
+    s = set_p(s, r, holds_metadata=True, pending_bootstrap=False,
+              send_pages=max(req.origin_pages - prefix, 0), sent=max(req.sent, prefix))
+    return s, evs + (Event("acquire", r, "prefill", ("init",)),)
+
+
+@action("prefill", guard=_bootstrap_ready)
+def p_pop_bootstrapped(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """P2 ``pop_bootstrapped`` (pf 410/425/450/462/497): Failed ->
+    ``handle_bootstrap_failure``; WaitingForInput -> ``finalize_bootstrap`` and the
+    waiting queue; Bootstrapping with optimistic prefill allowed and not
+    ``is_retracted`` -> metadata buffer, waiting queue, still pending."""
+    poll = sender_poll(s, r)
+    if poll == KVPoll.Failed:
+        return handle_bootstrap_failure(c, s, r)
+    if poll == KVPoll.WaitingForInput:
+        s, evs = finalize_bootstrap(c, s, r)
+        return set_p(s, r, stage=PStage.WAITING), evs
+    evs = () if s.p[r].holds_metadata else (Event("acquire", r, "prefill", ("metadata",)),)
+    return set_p(s, r, stage=PStage.WAITING, holds_metadata=True), evs
+
+
+def _waiting_resolvable(c, s, r):
+    req = s.p[r]
+    if req.stage is not PStage.WAITING or is_aborted(req):
+        return False
+    poll = sender_poll(s, r)
+    return poll == KVPoll.Failed or (poll == KVPoll.WaitingForInput and req.pending_bootstrap)
+
+
+@action("prefill", guard=_waiting_resolvable)
+def p_resolve_waiting(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """P3 ``resolve_waiting_queue_bootstrap`` (pf 527/547/597/584/606): polls
+    non-aborted waiting requests; Failed -> ``handle_bootstrap_failure``;
+    WaitingForInput and still pending -> ``finalize_bootstrap``."""
+    if sender_poll(s, r) == KVPoll.Failed:
+        return handle_bootstrap_failure(c, s, r)
+    return finalize_bootstrap(c, s, r)
+
+
+def _chunk_len(c, req) -> int:
+    return min(c.scenario.chunk(), req.origin_pages - req.extend_end)
+
+
+def _has_bootstrapped_waiting(s: State, r: int) -> bool:
+    """``has_bootstrapped_waiting_req`` (pf 19:562-566)."""
+    return any(o.stage is PStage.WAITING and not o.pending_bootstrap and not is_aborted(o)
+               for i, o in enumerate(s.p) if i != r)
+
+
+def _can_forward(c, s, r):
+    req = s.p[r]
+    if req.stage is PStage.WAITING:
+        pass
+    elif req.stage is PStage.CHUNKED:
+        if req.pending_chunked_abort:
+            return False
+        if req.pending_bootstrap:  # process_prefill_chunk kept it: still bootstrapping
+            if sender_poll(s, r) != KVPoll.Bootstrapping or is_aborted(req):
+                return False
+            if _has_bootstrapped_waiting(s, r):
+                return False
+    else:
+        return False
+    if len(req.results_due) > 1:  # overlap: one batch in flight beyond the unprocessed one
+        return False
+    return s.p_pages_used() + _chunk_len(c, req) <= c.scenario.prefill.pool_pages
+
+
+@action("prefill", guard=_can_forward)
+def p_forward(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """P3/P4 ``get_new_batch_prefill`` + forward (overlap scheduler): allocate the
+    chunk's pages and launch it; the result is processed later (P5).  A chunk
+    that does not reach the end of the prompt leaves the request as
+    ``chunked_req`` (``add_chunked_req``, schedule_policy 19:973)."""
+    req = s.p[r]
+    n = _chunk_len(c, req)
+    end = req.extend_end + n
+    stage = PStage.CHUNKED if end < req.origin_pages else PStage.FORWARDED
+    s = set_p(s, r, kv_pages=req.kv_pages + n, extend_end=end, stage=stage,
+              holds_mamba=c.scenario.hybrid_mamba, results_due=req.results_due + (end,))
+    evs = (Event("acquire", r, "prefill", ("forward",)),)
+    if not req.holds_kv:
+        evs += (Event("acquire", r, "prefill", ("kv",)),)
+    return s, evs
+
+
+def _chunked_check(c, s, r):
+    req = s.p[r]
+    if req.stage is not PStage.CHUNKED or not req.pending_bootstrap or req.pending_chunked_abort:
+        return False
+    poll = sender_poll(s, r)
+    if poll in (KVPoll.Failed, KVPoll.WaitingForInput):
+        return True
+    return poll == KVPoll.Bootstrapping and (is_aborted(req) or _has_bootstrapped_waiting(s, r))
+
+
+@action("prefill", guard=_chunked_check)
+def p_check_chunked(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """``process_prefill_chunk`` on ``chunked_req`` (pf 19:1087-1100):
+    ``check_bootstrap``: Failed -> ``handle_bootstrap_failure`` and drop the chunked
+    req; WaitingForInput -> ``finalize_bootstrap``; still bootstrapping and aborted,
+    or another waiting request is bootstrapped -> ``chunked_req = None`` (under
+    overlap the release-and-requeue waits for the middle result)."""
+    poll = sender_poll(s, r)
+    if poll == KVPoll.Failed:
+        return handle_bootstrap_failure(c, s, r)
+    if poll == KVPoll.WaitingForInput:
+        return finalize_bootstrap(c, s, r)
+    return set_p(s, r, stage=PStage.YIELDED), ()
+
+
+def _chunked_abort_pending(c, s, r):
+    return s.p[r].stage is PStage.CHUNKED and s.p[r].pending_chunked_abort
+
+
+@action("prefill", guard=_chunked_abort_pending)
+def p_chunked_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """``process_pending_chunked_abort`` (sch 3248/3459/3537/3650/3778):
+    ``prepare_abort``, ``to_finish=None``, ``sender.abort()``, free metadata,
+    ``pending_bootstrap=False``, ``release_kv_cache(is_insert=False)``,
+    ``chunked_req=None``, abort sent to the tokenizer."""
+    s = sender_abort(c, s, r)
+    s, evs = p_release_kv(s, r, unconditional=True)
+    s = set_p(p_free_metadata(s, r), r, finished_reason=c.abort_status, to_finish=None,
+              pending_bootstrap=False, pending_chunked_abort=False, stage=PStage.GONE,
+              cache_handle=False)
+    s, ev2 = stream_p(s, r, c.abort_status.status)
+    return s, evs + ev2
+
+
+def send_kv_chunk(c: Ctx, s: State, r: int, end: int) -> Effect:
+    """``send_kv_chunk`` (pf 19:1194-1240): send pages ``[start_send_idx, end)``;
+    returns early when there is nothing after ``start_send_idx`` (a decode prefix
+    hit covering the stub: no chunk, so no Success ever).  The sender marks the
+    chunk *last* when it reaches ``num_kv_indices`` (cc 19:1289-1291)."""
+    req = s.p[r]
+    start = req.sent
+    if start >= end:
+        return s, ()
+    prefix = s.rooms[r].prefix
+    last = req.send_pages >= 0 and end - prefix >= req.send_pages
+    s = set_p(s, r, sent=end)
+    s = send(s, Msg("chunk", r, pages=(start - prefix, end - prefix), last=last))
+    return s, (Event("send", r, "prefill", (last, req.holds_metadata)),)
+
+
+def optimistic_release_and_requeue(c: Ctx, s: State, r: int) -> Effect:
+    """``optimistic_release_and_requeue`` (pf 1352/1471/1545/1673/1789): cache and
+    release KV, ``reset_for_retract``, ``pending_bootstrap=True``; front of the
+    waiting queue, or once attempts are exhausted straight into the bootstrap
+    queue (no door; 0.5.23 frees the metadata buffer there)."""
+    req = s.p[r]
+    s, evs = p_release_kv(s, r, unconditional=True)
+    fields = dict(is_retracted=True, results_due=(), extend_end=0, sent=0,
+                  pending_bootstrap=True)
+    if req.requeues_left > 0:
+        fields.update(stage=PStage.WAITING, requeues_left=req.requeues_left - 1)
+    else:
+        fields.update(stage=PStage.BOOTSTRAP)
+        if c.release.requeue_fallback_frees_metadata:
+            fields.update(holds_metadata=False)
+    s = set_p(s, r, **fields)
+    return s, evs + (Event("requeue", r, "prefill", ()),)
+
+
+def retire_aborted_prefill_result(c: Ctx, s: State, r: int) -> Tuple[State, Tuple[Event, ...], bool]:
+    """``_retire_aborted_prefill_result`` (pf 20:1096, 21:1154, 22:1281, 23:1324):
+    returns False when the request owns no KV, Mamba or metadata; otherwise
+    ``sender.abort()``, promote ``to_finish``, free metadata,
+    ``pending_bootstrap=False``, HiCache ``finish(ABORT)``, release KV."""
+    req = s.p[r]
+    if not (req.holds_kv or req.holds_mamba or req.holds_metadata):
+        return s, (), False
+    if req.has_sender:
+        s = sender_abort(c, s, r)
+    s = set_p(p_free_metadata(s, r), r, pending_bootstrap=False, cache_handle=False,
+              stage=PStage.GONE, **promote(req))
+    s, evs = p_release_kv(s, r, unconditional=False)
+    return s, evs, True
+
+
+def _result_due(c, s, r):
+    return bool(s.p[r].results_due)
+
+
+@action("prefill", guard=_result_due)
+def p_result(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """P5 ``process_batch_result_disagg_prefill`` (pf 684/705/763/858/901) for the
+    oldest overlapped result of the request: the release's ``final_result`` and
+    ``middle_result`` guard points decide between retire, requeue, drop and send."""
+    req = s.p[r]
+    end, rest = req.results_due[0], req.results_due[1:]
+    was_gone = req.stage is PStage.GONE
+    s = set_p(s, r, results_due=rest)
+    req = s.p[r]
+    evs: Tuple[Event, ...] = ()
+    if end < req.origin_pages:  # ---------------------------------- middle chunk
+        still_chunking = req.stage is PStage.CHUNKED or req.origin_pages in rest
+        decision = c.release.middle_result(req, still_chunking)
+        if decision == g.REQUEUE:
+            s, evs = optimistic_release_and_requeue(c, s, r)
+        elif decision == g.RETIRE:
+            s, evs, retired = retire_aborted_prefill_result(c, s, r)
+            if retired:
+                s, ev2 = stream_p(s, r, s.p[r].finished_reason.status)
+                evs += ev2
+        elif decision == g.SEND and not req.pending_bootstrap:
+            s, evs = send_kv_chunk(c, s, r, end)
+        if req.stage is PStage.YIELDED and s.p[r].stage is PStage.YIELDED:
+            s = set_p(s, r, stage=PStage.WAITING)  # yielded, nothing else to do: requeue
+    else:  # ---------------------------------------------------------- final chunk
+        if c.release.final_result(req):
+            s, evs, retired = retire_aborted_prefill_result(c, s, r)
+            if retired:
+                s, ev2 = stream_p(s, r, s.p[r].finished_reason.status)
+                evs += ev2
+        else:
+            # output token, maybe_cache_unfinished_req (pf 19:762): needs ownership
+            evs = (Event("release", r, "prefill", ("cache", req.holds_kv or req.holds_mamba)),)
+            s = set_p(s, r, stage=PStage.INFLIGHT)
+            if not req.pending_bootstrap:
+                s, ev2 = send_kv_chunk(c, s, r, end)
+                evs += ev2
+            evs += (Event("acquire", r, "prefill", ("inflight",)),)
+    if was_gone:
+        side = tuple(e for e in evs if e.kind in ("send", "acquire", "requeue", "release"))
+        if side:
+            evs += (Event("late_effect", r, "prefill", tuple(sorted({e.kind for e in side}))),)
+    return s, evs
+
+
+def _inflight_ready(c, s, r):
+    req = s.p[r]
+    if req.stage is not PStage.INFLIGHT:
+        return False
+    poll = sender_poll(s, r)
+    if req.pending_bootstrap:
+        return poll == KVPoll.Failed or poll == KVPoll.WaitingForInput
+    return poll in (KVPoll.Success, KVPoll.Failed)
+
+
+@action("prefill", guard=_inflight_ready)
+def p_inflight(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """P6 ``process_disagg_prefill_inflight_queue`` (pf 876/947/1005/1108/1151).
+    Parked (pending bootstrap): ``handle_pending_bootstrap`` then send.  Success:
+    the ``inflight_success`` guard point sets ``finished_reason``,
+    ``release_kv_cache`` (insert), ``sender.clear()``, stream, free metadata.
+    Failed: ``handle_inflight_transfer_failure`` (pf 983/1057/1115/1239/1282)."""
+    req = s.p[r]
+    poll = sender_poll(s, r)
+    if req.pending_bootstrap:
+        if poll == KVPoll.Failed:
+            return handle_bootstrap_failure(c, s, r)
+        s, evs = finalize_bootstrap(c, s, r)
+        s, ev2 = send_kv_chunk(c, s, r, s.p[r].extend_end)
+        return s, evs + ev2
+    if poll == KVPoll.Success:
+        reason = c.release.inflight_success(req)
+        s = set_p(s, r, finished_reason=reason)
+        s, evs = p_release_kv(s, r, unconditional=True)
+        s = sender_clear(s, r)
+        s, ev2 = stream_p(s, r, reason.status)
+        s = set_p(p_free_metadata(s, r), r, stage=PStage.GONE, cache_handle=False)
+        return s, evs + ev2
+    s = failure_exception(s, r)
+    s, evs = p_release_kv(s, r, unconditional=True)
+    if not (req.finished_reason is not None and req.finished_reason.is_abort):
+        s = set_p(s, r, finished_reason=ABORT_500)
+    s, ev2 = stream_p(s, r, s.p[r].finished_reason.status)
+    s = set_p(p_free_metadata(s, r), r, stage=PStage.GONE, cache_handle=False)
+    return s, evs + ev2
+
+
+# ================================================================ transfer worker
+
+
+def _chunk_queued(c, s, r):
+    return bool(s.msgs("chunk", r))
+
+
+def _maybe_ack_drained(s: State, r: int) -> State:
+    """``_maybe_ack_drained_abort``: a registered ABORT is acked once no chunk of
+    the room is outstanding."""
+    if s.rooms[r].ack_owed and not s.msgs("chunk", r):
+        s = set_room(s, r, ack_owed=False)
+        s = send(s, Msg("ack", r))
+    return s
+
+
+@action("transfer", guard=_chunk_queued)
+def xfer_chunk(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """Mooncake ``transfer_worker`` (mc 1645/1838/2080/2423/2488) on the room's
+    oldest chunk: skips Failed or unknown rooms; writes
+    ``dst_kv_indices[index_slice]`` (mc 1754/1939/2186/2550/2623), a short ``dst``
+    truncating the source (mc 19:1764-1775), into whatever those pages hold now;
+    on the last chunk writes aux into D's metadata slot and reports the room's
+    status to D (``conclude_transfer`` from 0.5.20, cc 20:507)."""
+    msg = s.msgs("chunk", r)[0]
+    s = consume(s, msg)
+    room = s.rooms[r]
+    if room.status is None or room.status == KVPoll.Failed or room.dst is None:
+        return _maybe_ack_drained(s, r), (Event("xfer_skip", r, "transfer", ()),)
+    a, b = msg.pages
+    dst = room.dst[a:b]
+    pages = list(s.d_pages)
+    for pg in dst:
+        pages[pg] = attrs.evolve(pages[pg], writer=r)
+    s = attrs.evolve(s, d_pages=tuple(pages))
+    evs = (Event("write", r, "transfer", tuple(dst)),)
+    if msg.last:
+        slot = room.dst_slot
+        if 0 <= slot < len(s.d_slots):
+            checksum = None
+            if c.release.checksum and c.scenario.prefill.kv_checksum:
+                checksum = _p_digest(c, s, r)
+            slots = list(s.d_slots)
+            slots[slot] = attrs.evolve(slots[slot], room=room_id(r), checksum=checksum)
+            s = attrs.evolve(s, d_slots=tuple(slots))
+        final = KVPoll.Success
+        if c.release.conclude_transfer and (room.failure_record or room.status == KVPoll.Failed):
+            final = KVPoll.Failed
+        s = update_status(c, s, r, final)
+        s = send(s, Msg("status", r, poll=final))
+    return _maybe_ack_drained(s, r), evs
+
+
+def _p_digest(c: Ctx, s: State, r: int) -> Tuple:
+    """P's KV checksum over its own range (§5.8): 0.5.21/22 ``[0, min(extend_end,
+    len(origin)))``; 0.5.23 from ``disagg_decode_prefix_len``.  The digest of a
+    range of P's own KV is modelled as (request, first page, length)."""
+    req = s.p[r]
+    start = s.rooms[r].prefix if c.release.checksum == "suffix" else 0
+    return (r, start, min(req.extend_end, req.origin_pages) - start)
+
+
+def _room_can_fail(c, s, r):
+    st = s.rooms[r].status
+    return st in (KVPoll.WaitingForInput, KVPoll.Transferring) and s.rooms[r].dst is not None
+
+
+@action("transfer", guard=_room_can_fail, event="transfer_failure")
+def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """A transfer failure reported during the handoff (worker error or a failed
+    batch): ``record_failure``, room Failed, ``(room, Failed)`` sent to D."""
+    s = update_status(c, s, r, KVPoll.Failed)
+    s = set_room(s, r, failure_record=True)
+    return send(s, Msg("status", r, poll=KVPoll.Failed)), ()
+
+
+def _abort_arrived(c, s, r):
+    return bool(s.msgs("abort", r))
+
+
+@action("prefill", guard=_abort_arrived)
+def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """P's bootstrap thread handles D's ABORT (mc 19:2022-2088, 21:2449-2522):
+    an active room (present, not Success) becomes Failed; the ack is sent at once
+    when no chunk of the room is outstanding, otherwise once they drain."""
+    s = consume(s, s.msgs("abort", r)[0])
+    room = s.rooms[r]
+    if room.status is not None and room.status != KVPoll.Success:
+        s = update_status(c, s, r, KVPoll.Failed)
+    s = set_room(s, r, ack_owed=True)
+    return _maybe_ack_drained(s, r), ()
+
+
+# ================================================================ decode
+
+
+def _at_d_door(c, s, r):
+    return s.d[r].stage is DStage.DOOR
+
+
+@action("decode", guard=_at_d_door)
+def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """D1 ``DecodePreallocQueue.add`` (dc 617/640/734/784/808): the release's
+    ``decode_door`` guard point with the caller's ``is_retracted`` flag, then
+    ``_check_if_req_exceed_kv_capacity`` on D's pool, then the retracted queue
+    or a new receiver whose ``init()`` reaches WaitingForInput whatever P
+    decided (cc 19:1366-1418)."""
+    req = s.d[r]
+    rel = c.release
+    is_retracted = req.door_flag == "retracted"
+    if rel.decode_door(req, is_retracted, False):
+        reentering = is_retracted or req.holds_kv or req.retraction_backup
+        s = set_d(s, r, stage=DStage.GONE, door_flag=None,
+                  **run_retire_cleanup(c, req, rel.retire_cleanup))
+        evs = (Event("door_retire", r, "decode", (reentering,)),)
+        if "stream" in rel.retire_cleanup:
+            s, ev2 = stream_d(s, r, (s.d[r].finished_reason or ABORT_400).status)
+            evs += ev2
+        return s, evs
+    if req.origin_pages > c.scenario.decode.pool_pages:
+        s = set_d(s, r, stage=DStage.GONE, finished_reason=ABORT_400, door_flag=None)
+        return stream_d(s, r, 400)
+    if is_retracted:
+        return set_d(s, r, stage=DStage.RETRACTED, door_flag=None), ()
+    s = set_d(s, r, stage=DStage.PREALLOC, has_receiver=True,
+              receiver_state=KVPoll.WaitingForInput)
+    return s, (Event("acquire", r, "decode", ("receiver",)),)
+
+
+def _prealloc_drop(c, s, r):
+    req = s.d[r]
+    return req.stage is DStage.PREALLOC and (
+        c.release.prealloc_scan(req) or req.receiver_state == KVPoll.Failed)
+
+
+@action("decode", guard=_prealloc_drop)
+def d_prealloc_drop(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """D2 ``pop_preallocated`` first loop (dc 1141/1157/1293/1365/1395): an entry
+    the ``prealloc_scan`` guard point drops, or whose receiver polled Failed
+    (``prepare_abort``), is streamed and its receiver cleared."""
+    req = s.d[r]
+    reason = req.finished_reason if (req.finished_reason and req.finished_reason.is_abort) else ABORT_500
+    s = set_d(s, r, stage=DStage.GONE, finished_reason=reason, has_receiver=False,
+              cache_handle=False, session_slot=False)
+    return stream_d(s, r, reason.status)
+
+
+def page_choices(s: State, need: int) -> Iterable[Tuple[int, ...]]:
+    """Every way to take ``need`` free pages, one representative per ordered
+    sequence of page *signatures*: free pages with the same last writer that
+    no stale destination or in-flight metadata names are indistinguishable."""
+    free = s.free_d_pages()
+    if len(free) < need:
+        return ()
+    refs: Dict[int, list] = {p: [] for p in free}
+    for r, room in enumerate(s.rooms):
+        for i, p in enumerate(room.dst or ()):
+            if p in refs:
+                refs[p].append(("dst", r, i))
+    for m in s.net:
+        if m.kind == "metadata":
+            for i, p in enumerate(m.pages):
+                if p in refs:
+                    refs[p].append(("msg", m.rid, i))
+    classes: Dict[Tuple, List[int]] = {}
+    for p in free:
+        classes.setdefault((s.d_pages[p].writer is None, s.d_pages[p].writer or 0,
+                            tuple(refs[p])), []).append(p)
+    keys = sorted(classes)
+    out: List[Tuple[int, ...]] = []
+
+    def build(prefix: Tuple[int, ...], used: Dict[Tuple, int]) -> None:
+        if len(prefix) == need:
+            out.append(prefix)
+            return
+        for k in keys:
+            i = used.get(k, 0)
+            if i < len(classes[k]):
+                used[k] = i + 1
+                build(prefix + (classes[k][i],), used)
+                used[k] = i
+    build((), {})
+    return tuple(out)
+
+
+def _prealloc_need(c: Ctx, req: DecodeReq, prefix: int) -> int:
+    return req.origin_pages - prefix
+
+
+def _prealloc_choices(c, s, r):
+    req = s.d[r]
+    prefixes = (0, 1) if (c.scenario.decode.radix_cache and req.origin_pages >= 2) else (0,)
+    out = []
+    for prefix in prefixes:
+        for pages in page_choices(s, _prealloc_need(c, req, prefix)):
+            out.append((prefix, pages))
+    return out
+
+
+def _can_prealloc(c, s, r):
+    req = s.d[r]
+    return (req.stage is DStage.PREALLOC and not _prealloc_drop(c, s, r)
+            and req.receiver_state == KVPoll.WaitingForInput and s.free_d_slot() >= 0
+            and len(s.free_d_pages()) >= _prealloc_need(c, req, 1 if (
+                c.scenario.decode.radix_cache and req.origin_pages >= 2) else 0))
+
+
+@action("decode", guard=_can_prealloc, choices=_prealloc_choices)
+def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """D2 ``pop_preallocated`` (dc 1080/1096/1231/1303/1333): ``_pre_alloc``
+    (dc 1755/1811/2060/2166/2237) for D's own ``len(origin_input_ids)``, a D
+    metadata slot, then ``send_metadata(pages, slot, decode_prefix_len)``
+    (dc 1518/1566/1742/1805/1863).  From here P may write those pages."""
+    prefix, chosen = arg
+    req = s.d[r]
+    slot = s.free_d_slot()
+    pages = list(s.d_pages)
+    for pg in chosen:
+        pages[pg] = attrs.evolve(pages[pg], owner=r)
+    slots = list(s.d_slots)
+    slots[slot] = MetaSlot(owner=r, room=0, checksum=slots[slot].checksum)
+    s = attrs.evolve(s, d_pages=tuple(pages), d_slots=tuple(slots))
+    s = set_d(s, r, stage=DStage.TRANSFER, pages=tuple(chosen), prefix_pages=prefix,
+              meta_slot=slot)
+    s = send(s, Msg("metadata", r, pages=tuple(chosen), slot=slot, checksum=(prefix,)))
+    return s, (Event("prealloc", r, "decode", (is_aborted(req),)),
+               Event("acquire", r, "decode", ("kv",)))
+
+
+def d_release(s: State, r: int) -> State:
+    """Free the request's D pages and metadata slot (``release_kv_cache`` on D and
+    the slot reset; ``_do_release`` dc 2390/2477/2791/2909/3018 for held ones)."""
+    req = s.d[r]
+    pages = list(s.d_pages)
+    for pg in req.pages:
+        pages[pg] = attrs.evolve(pages[pg], owner=None)
+    slots = list(s.d_slots)
+    if req.meta_slot >= 0:
+        slots[req.meta_slot] = attrs.evolve(slots[req.meta_slot], owner=None, room=0)
+    s = attrs.evolve(s, d_pages=tuple(pages), d_slots=tuple(slots))
+    return set_d(s, r, pages=(), meta_slot=-1, has_receiver=False)
+
+
+def _transferred_ready(c, s, r):
+    req = s.d[r]
+    return req.stage is DStage.TRANSFER and (
+        bool(s.msgs("status", r)) or req.receiver_state == KVPoll.Failed)
+
+
+@action("decode", guard=_transferred_ready)
+def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """D3 ``pop_transferred`` (dc 2245/2331/2616/2728/2833).  Success: the
+    ``commit_check`` guard point on the slot's room (``_commit_transfer_to_req``),
+    then the waiting queue and the slot freed.  Failed: ``prepare_abort(500)``,
+    stream, then release now or hold until the drain ack (§5.5)."""
+    req = s.d[r]
+    status = s.msgs("status", r)
+    if status:
+        s = consume(s, status[0])
+        poll = status[0].poll if req.receiver_state != KVPoll.Failed else KVPoll.Failed
+    else:
+        poll = KVPoll.Failed
+    if poll == KVPoll.Success:
+        slot = s.d_slots[req.meta_slot]
+        refused = c.release.commit_check(req, slot.room, room_id(r))
+        if refused is None:
+            expected = slot.checksum if (c.release.checksum and c.scenario.decode.kv_checksum) else None
+            if c.release.checksum == "suffix" and not c.scenario.layouts_match:
+                expected = None  # 0.5.23 skips on a layout-signature mismatch
+            slots = list(s.d_slots)
+            cleared = None if c.release.checksum == "suffix" else slot.checksum  # clear_slot
+            slots[req.meta_slot] = MetaSlot(owner=None, room=0, checksum=cleared)
+            s = attrs.evolve(s, d_slots=tuple(slots))
+            s = set_d(s, r, stage=DStage.WAITING, meta_slot=-1, expected_checksum=expected,
+                      has_receiver=False)
+            return s, (Event("commit", r, "decode", ()),)
+        s = set_d(d_release(s, r), r, stage=DStage.GONE, finished_reason=refused,
+                  cache_handle=False, session_slot=False)
+        return stream_d(s, r, refused.status)
+    s = set_d(s, r, finished_reason=ABORT_500, receiver_state=KVPoll.Failed)
+    s, evs = stream_d(s, r, 500)
+    if c.deferred and (s.d[r].abort_notified or c.release.retire_cleanup):
+        if not s.d[r].abort_notified:  # 0.5.21+: ensure_abort_notified(force_arm=True)
+            s = set_d(send(s, Msg("abort", r)), r, abort_notified=True)
+        return set_d(s, r, stage=DStage.HELD), evs
+    s = set_d(d_release(s, r), r, stage=DStage.GONE, cache_handle=False, session_slot=False)
+    return s, evs
+
+
+def _d_digest(c: Ctx, s: State, r: int) -> Tuple:
+    """D's digest over its own range (§5.8): the checksum matches P's only when
+    every page of the range holds this request's KV and the lengths agree."""
+    req = s.d[r]
+    start = req.prefix_pages if c.release.checksum == "suffix" else 0
+    length = req.origin_pages - start
+    own = all(s.d_pages[p].writer == r for p in req.pages[max(start - req.prefix_pages, 0):])
+    return (r, start, length) if own else ("mismatch",)
+
+
+def _prebuilt_ready(c, s, r):
+    return s.d[r].stage is DStage.WAITING
+
+
+@action("decode", guard=_prebuilt_ready)
+def d_attend(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """D4 ``get_new_prebuilt_batch`` (dc 2592/2679/3023/3168/3273): 0.5.21+
+    ``_verify_kv_checksums`` first when D expects a digest, then the decode
+    forward attends over every page of the reserved range."""
+    req = s.d[r]
+    if req.expected_checksum is not None and _d_digest(c, s, r) != req.expected_checksum:
+        s = set_d(d_release(s, r), r, stage=DStage.GONE, finished_reason=ABORT_500,
+                  cache_handle=False, session_slot=False)
+        return stream_d(s, r, 500)
+    foreign = tuple(p for p in req.pages if s.d_pages[p].writer not in (None, r))
+    s = set_d(s, r, stage=DStage.RUNNING, expected_checksum=None,
+              read_foreign=req.read_foreign or bool(foreign))
+    return s, (Event("read", r, "decode", (bool(foreign), foreign)),)
+
+
+def _running(c, s, r):
+    return s.d[r].stage is DStage.RUNNING
+
+
+@action("decode", guard=_running)
+def d_respond(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """The decode step's ``update_finish_state`` (sb 1721/1843/1919/1913/2007)
+    promotes a pending ``to_finish`` or finishes by length; the response is
+    streamed and the request's pages and handle released."""
+    req = s.d[r]
+    reason = req.to_finish if req.to_finish is not None else (req.finished_reason or LENGTH)
+    s = set_d(d_release(s, r), r, stage=DStage.GONE, finished_reason=reason, to_finish=None,
+              cache_handle=False, session_slot=False)
+    return stream_d(s, r, reason.status, own=None if reason.is_abort else not req.read_foreign)
+
+
+def _retractable(c, s, r):
+    return s.d[r].stage is DStage.RUNNING and not s.d[r].was_retracted
+
+
+@action("decode", guard=_retractable, event="retract")
+def d_retract(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """R1 memory retract: ``retract_decode`` (sb 3030/3168/3297/3298/3451) ->
+    ``release_req`` (sb 2036/2163/2239/2242/2360: host backup, release KV,
+    ``reset_for_retract``) -> ``_add_request_to_queue(is_retracted=True)``
+    (sch 3939/4171/4264/4416/4540)."""
+    s = d_release(s, r)
+    s = set_d(s, r, stage=DStage.DOOR, door_flag="retracted", is_retracted=True,
+              retraction_backup=True, was_retracted=True)
+    return s, (Event("release", r, "decode", ("kv", True)),)
+
+
+def _resumable(c, s, r):
+    req = s.d[r]
+    return req.stage is DStage.RETRACTED and len(s.free_d_pages()) >= req.origin_pages
+
+
+def _resume_choices(c, s, r):
+    return tuple((0, pages) for pages in page_choices(s, s.d[r].origin_pages))
+
+
+@action("decode", guard=_resumable, choices=_resume_choices, event="retract")
+def d_resume(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """R5 ``resume_retracted_reqs`` (dc 804/829/950/997/1021): fresh ``_pre_alloc``,
+    the host backup restored into the new pages, ``is_retracted=False``, then
+    the waiting queue (no door)."""
+    _, chosen = arg
+    pages = list(s.d_pages)
+    for pg in chosen:
+        pages[pg] = Page(owner=r, writer=r)
+    s = attrs.evolve(s, d_pages=tuple(pages))
+    s = set_d(s, r, stage=DStage.WAITING, pages=tuple(chosen), prefix_pages=0,
+              retraction_backup=False, is_retracted=False)
+    return s, (Event("acquire", r, "decode", ("kv",)),)
+
+
+# ================================================================ client aborts
+
+
+def _p_abortable(c, s, r):
+    req = s.p[r]
+    return (not s.aborted_by_client[r]
+            and req.stage in (PStage.BOOTSTRAP, PStage.WAITING, PStage.CHUNKED,
+                              PStage.YIELDED, PStage.FORWARDED, PStage.INFLIGHT))
+
+
+@action("client", guard=_p_abortable, event="client_abort")
+def p_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """``abort_request`` on P (§5.7; sch 4984/5235/5465/5476/5693 ...): method 1
+    pops a waiting request; bootstrap and inflight queues abort the sender
+    (``handle_*_failure`` follows at the next poll); a chunked request is marked
+    for ``process_pending_chunked_abort``; method 3 sets ``to_finish`` on
+    requests in the last batch."""
+    req = s.p[r]
+    s = attrs.evolve(s, aborted_by_client=s.aborted_by_client[:r] + (True,) + s.aborted_by_client[r + 1:])
+    evs: Tuple[Event, ...] = ()
+    if req.stage is PStage.WAITING:  # method 1
+        if c.release.p_waiting_abort_releases_all or req.pending_bootstrap:
+            s = sender_abort(c, s, r)
+        if c.release.p_waiting_abort_releases_all:
+            s, evs = p_release_kv(s, r, unconditional=False)
+        s = set_p(p_free_metadata(s, r), r, stage=PStage.GONE, finished_reason=c.abort_status,
+                  pending_bootstrap=False if c.release.p_waiting_abort_releases_all
+                  else req.pending_bootstrap, cache_handle=False)
+        s, ev2 = stream_p(s, r, c.abort_status.status)
+        return s, evs + ev2
+    if req.stage in (PStage.BOOTSTRAP, PStage.INFLIGHT):
+        return sender_abort(c, s, r), ()
+    if req.stage is PStage.CHUNKED:
+        s = set_p(s, r, pending_chunked_abort=True)
+    if req.results_due and not g.finished(s.p[r]):  # method 3: in last_batch
+        s = set_p(s, r, to_finish=c.abort_status)
+    return s, ()
+
+
+def _d_abortable(c, s, r):
+    req = s.d[r]
+    return not req.client_aborted and req.stage in (
+        DStage.PREALLOC, DStage.TRANSFER, DStage.WAITING, DStage.RUNNING, DStage.RETRACTED)
+
+
+@action("client", guard=_d_abortable, event="client_abort")
+def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """``abort_request`` on D (§5.7): prealloc and transfer queues call
+    ``receiver.abort()`` (cc 1626/1857/2016/2552/2955: Failed, ABORT sent to P);
+    the waiting queue is method 1 (release KV); a running request gets method 3
+    (``to_finish``); the retracted queue discards the host backup."""
+    req = s.d[r]
+    s = set_d(s, r, client_aborted=True)
+    if req.stage in (DStage.PREALLOC, DStage.TRANSFER):
+        s = set_d(s, r, receiver_state=KVPoll.Failed, abort_notified=True)
+        return send(s, Msg("abort", r)), ()
+    if req.stage is DStage.WAITING:
+        s = set_d(d_release(s, r), r, stage=DStage.GONE, finished_reason=c.abort_status,
+                  cache_handle=False, session_slot=False)
+        return stream_d(s, r, c.abort_status.status)
+    if req.stage is DStage.RETRACTED:
+        s = set_d(s, r, stage=DStage.GONE, retraction_backup=False,
+                  finished_reason=c.abort_status, cache_handle=False, session_slot=False)
+        return stream_d(s, r, c.abort_status.status)
+    return set_d(s, r, to_finish=c.abort_status), ()
+
+
+# ================================================================ timeouts and acks
+
+
+def _bootstrapping_sender(c, s, r):
+    req = s.p[r]
+    return (req.has_sender and req.stage is not PStage.GONE
+            and s.rooms[r].status == KVPoll.Bootstrapping and s.rooms[r].concluded is None)
+
+
+@action("prefill", guard=_bootstrapping_sender, event="timeouts")
+def p_bootstrap_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`` (300 s, env 19:656): a sender
+    still Bootstrapping records a failure and goes Failed."""
+    s = update_status(c, s, r, KVPoll.Failed)
+    return set_room(s, r, failure_record=True), ()
+
+
+def _d_waiting_too_long(c, s, r):
+    req = s.d[r]
+    return (req.stage is DStage.TRANSFER and req.receiver_state == KVPoll.WaitingForInput
+            and not s.msgs("status", r))
+
+
+@action("decode", guard=_d_waiting_too_long, event="timeouts")
+def d_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """``_check_waiting_timeout`` (cc 1595/1823/1982/2501/2888, 300 s): record a
+    failure, go Failed, send ABORT to P, set ``abort_notified``."""
+    s = set_d(s, r, receiver_state=KVPoll.Failed, abort_notified=True)
+    return send(s, Msg("abort", r)), ()
+
+
+def _ack_arrived(c, s, r):
+    return bool(s.msgs("ack", r))
+
+
+@action("decode", guard=_ack_arrived)
+def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """ABORT_ACK on D (``note_abort_ack``): a held entry is released once the
+    ack arrives (``resolve_deferred_releases`` -> ``_do_release``)."""
+    s = consume(s, s.msgs("ack", r)[0])
+    if s.d[r].stage is DStage.HELD:
+        s = set_d(d_release(s, r), r, stage=DStage.GONE, cache_handle=False, session_slot=False)
+        return s, (Event("release", r, "decode", ("kv", True)),)
+    return s, ()
+
+
+def _held(c, s, r):
+    return s.d[r].stage is DStage.HELD
+
+
+@action("decode", guard=_held, event="timeouts")
+def d_deferred_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """``SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT`` (30 s): a held
+    device entry is released anyway ("releasing anyway", dc 19:2405-2436)."""
+    s = set_d(d_release(s, r), r, stage=DStage.GONE, cache_handle=False, session_slot=False)
+    return s, (Event("release", r, "decode", ("kv", True)),)
+
+
+# ================================================================ the model
+
+
+def initial_state(sc: Scenario) -> State:
+    n = sc.n
+    return State(
+        p=tuple(PrefillReq() for _ in range(n)),
+        d=tuple(DecodeReq() for _ in range(n)),
+        rooms=tuple(Room() for _ in range(n)),
+        d_pages=tuple(Page() for _ in range(sc.decode.pool_pages)),
+        d_slots=tuple(MetaSlot() for _ in range(sc.decode.metadata_buffers)),
+        aborted_by_client=tuple(False for _ in range(n)),
+    )
+
+
+@attrs.frozen(order=True)
+class Step:
+    """A transition label: action name, request, choice."""
+
+    action: str
+    rid: int
+    arg: Tuple = ()
+
+    def __str__(self) -> str:
+        return f"{self.action}(r{self.rid}{', ' + repr(self.arg) if self.arg else ''})"
+
+
+def successors(ctx: Ctx, s: State) -> Iterable[Tuple[Step, State, Tuple[Event, ...]]]:
+    """Every enabled step of ``s``: the next-state relation is the disjunction
+    of the actions, over requests and choices."""
+    for a in ACTIONS:
+        for r in range(ctx.scenario.n):
+            if not a.enabled(ctx, s, r):
+                continue
+            for arg in a.args(ctx, s, r):
+                nxt, evs = a.effect(ctx, s, r, arg)
+                yield Step(a.name, r, arg), nxt, evs
+
+
+def apply(ctx: Ctx, s: State, step: Step) -> Optional[Tuple[State, Tuple[Event, ...]]]:
+    """Re-execute one recorded step, or None when its guard is not enabled."""
+    a = BY_NAME.get(step.action)
+    if a is None or not 0 <= step.rid < ctx.scenario.n or not a.enabled(ctx, s, step.rid):
+        return None
+    if a.choices is not None and tuple(step.arg) not in {tuple(x) for x in a.args(ctx, s, step.rid)}:
+        return None
+    return a.effect(ctx, s, step.rid, tuple(step.arg))

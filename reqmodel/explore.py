@@ -1,0 +1,260 @@
+"""Exhaustive breadth-first exploration with shortest counterexamples.
+
+The explorer knows nothing of SGLang: it consumes the model interface
+(initial state, ``successors``, the property catalog) the way Stateright's
+checkers consume a ``Model``.  States are stored in canonical form
+(``reqmodel.symmetry``), hashed once (``cache_hash``), and interned so that
+equal sub-values are shared.  The reachable graph is a ``networkx.DiGraph``
+on integer state ids with action-labelled edges.
+
+Breadth-first order makes every first hit minimal: a state property first
+violated in a state at depth k has a shortest counterexample of k steps; a
+transition property first violated on an edge out of a state at depth k has
+one of k+1 steps.  Each counterexample is mapped back from canonical states to
+concrete, replayable steps (``concretize``).
+"""
+from __future__ import annotations
+
+import collections
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import attrs
+import networkx as nx
+
+from .actions import Ctx, Event, Step, apply, initial_state, successors
+from .properties import Property
+from .releases import Release
+from .scenario import Scenario
+from .state import State
+from .symmetry import canonical
+
+
+class BoundExceeded(RuntimeError):
+    """The scenario's reachable space is larger than the configured bound."""
+
+
+DEFAULT_MAX_STATES = 2_000_000
+
+
+@attrs.frozen
+class Trace:
+    release: str
+    scenario: str
+    property: str
+    steps: Tuple[Step, ...]
+    states: Tuple[State, ...]  # len(steps) + 1 concrete states
+    events: Tuple[Tuple[Event, ...], ...]  # per step
+    violation: str  # "state" | "transition" | "reached"
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+@attrs.frozen
+class Verdict:
+    property: str
+    kind: str
+    verdict: str  # holds | violated | not-applicable
+    trace: Optional[Trace] = None
+
+    @property
+    def trace_length(self) -> Optional[int]:
+        return None if self.trace is None else len(self.trace)
+
+
+@attrs.define
+class Exploration:
+    release: Release
+    scenario: Scenario
+    verdicts: Dict[str, Verdict]
+    states: int
+    edges: int
+    depth: int
+    seconds: float
+    complete: bool
+    graph: Optional[nx.DiGraph] = None
+
+
+class _Interner:
+    """Hash-consing of sub-values, so that a million states share their parts."""
+
+    def __init__(self) -> None:
+        self.table: Dict[object, object] = {}
+
+    def __call__(self, s: State) -> State:
+        t = self.table
+        p = tuple(t.setdefault(x, x) for x in s.p)
+        d = tuple(t.setdefault(x, x) for x in s.d)
+        rooms = tuple(t.setdefault(x, x) for x in s.rooms)
+        pages = t.setdefault(s.d_pages, s.d_pages)
+        slots = t.setdefault(s.d_slots, s.d_slots)
+        net = t.setdefault(s.net, s.net)
+        return State(p=p, d=d, rooms=rooms, d_pages=pages, d_slots=slots, net=net,
+                     aborted_by_client=t.setdefault(s.aborted_by_client, s.aborted_by_client))
+
+
+def symmetry_classes(sc: Scenario) -> Tuple[int, ...]:
+    return tuple(sc.prompt_pages)
+
+
+def explore(release: Release, scenario: Scenario, props: Sequence[Property],
+            max_states: int = DEFAULT_MAX_STATES, stop_early: bool = True,
+            keep_graph: bool = True, symmetry: bool = True) -> Exploration:
+    """Explore the reachable states of ``scenario`` under ``release``.
+
+    With ``stop_early`` the search ends once every property has a verdict that
+    further search cannot change (every safety property violated, every
+    reachability property reached); otherwise it exhausts the space.
+    """
+    ctx = Ctx(release=release, scenario=scenario)
+    classes = symmetry_classes(scenario)
+    canon = (lambda s: canonical(s, classes)) if symmetry else (lambda s: s)
+    intern = _Interner()
+    t0 = time.perf_counter()
+
+    applicable = [p for p in props if p.applies(release, scenario)]
+    state_props = [p for p in applicable if p.kind == "always" and p.state]
+    trans_props = [p for p in applicable if p.kind == "always" and p.transition]
+    reach_props = [p for p in applicable if p.kind == "sometimes"]
+    found: Dict[str, Tuple] = {}  # name -> ("state", id) | ("transition", u, step) | ("reached", id)
+
+    init = intern(canon(initial_state(scenario)))
+    ids: Dict[State, int] = {init: 0}
+    states: List[State] = [init]
+    parent: List[Tuple[int, Optional[Step]]] = [(-1, None)]
+    depth: List[int] = [0]
+    graph = nx.DiGraph() if keep_graph else None
+    if graph is not None:
+        graph.add_node(0)
+    edges = 0
+
+    def check_state(v: int, s: State) -> None:
+        for p in state_props:
+            if p.name not in found and not p.holds_in(s):
+                found[p.name] = ("state", v)
+        for p in reach_props:
+            if p.name not in found and p.holds_in(s):
+                found[p.name] = ("reached", v)
+
+    check_state(0, init)
+    queue = collections.deque([0])
+    complete = True
+    while queue:
+        if stop_early and len(found) == len(applicable):
+            complete = False
+            break
+        u = queue.popleft()
+        s = states[u]
+        for step, nxt, evs in successors(ctx, s):
+            for p in trans_props:
+                if p.name not in found and not p.holds_on(s, step, evs, nxt):
+                    found[p.name] = ("transition", u, step)
+            c = canon(nxt)
+            v = ids.get(c)
+            if v is None:
+                c = intern(c)
+                v = len(states)
+                ids[c] = v
+                states.append(c)
+                parent.append((u, step))
+                depth.append(depth[u] + 1)
+                queue.append(v)
+                check_state(v, c)
+                if len(states) > max_states:
+                    raise BoundExceeded(
+                        f"more than {max_states:,} distinct states on scenario "
+                        f"{scenario.name!r} ({release.name}); reduce the scenario or raise "
+                        "--max-states if the machine has the memory")
+            edges += 1
+            if graph is not None:
+                graph.add_edge(u, v, step=step)
+    seconds = time.perf_counter() - t0
+
+    verdicts: Dict[str, Verdict] = {}
+    for p in props:
+        if p not in applicable:
+            verdicts[p.name] = Verdict(p.name, p.kind, "not-applicable")
+            continue
+        hit = found.get(p.name)
+        if p.kind == "sometimes":
+            if hit is None:
+                verdicts[p.name] = Verdict(p.name, p.kind, "violated")
+            else:
+                verdicts[p.name] = Verdict(p.name, p.kind, "holds",
+                                           _trace(ctx, p, hit, states, parent, canon))
+        elif hit is None:
+            verdicts[p.name] = Verdict(p.name, p.kind, "holds")
+        else:
+            verdicts[p.name] = Verdict(p.name, p.kind, "violated",
+                                       _trace(ctx, p, hit, states, parent, canon))
+    return Exploration(release=release, scenario=scenario, verdicts=verdicts,
+                       states=len(states), edges=edges, depth=max(depth), seconds=seconds,
+                       complete=complete and not queue, graph=graph)
+
+
+def _path(v: int, parent) -> List[int]:
+    out = []
+    while v != -1:
+        out.append(v)
+        v = parent[v][0]
+    return out[::-1]
+
+
+def _trace(ctx: Ctx, prop: Property, hit, states, parent, canon) -> Trace:
+    if hit[0] == "transition":
+        path = _path(hit[1], parent)
+    else:
+        path = _path(hit[1], parent)
+    return concretize(ctx, prop, path, states, canon,
+                      final_step=hit[2] if hit[0] == "transition" else None,
+                      violation=hit[0])
+
+
+def concretize(ctx: Ctx, prop: Property, path: List[int], states, canon,
+               final_step: Optional[Step], violation: str) -> Trace:
+    """Turn a path of canonical state ids into concrete steps from the
+    concrete initial state: at each state pick the enabled step whose
+    successor has the next canonical form (one exists by symmetry)."""
+    cur = initial_state(ctx.scenario)
+    concrete = [cur]
+    steps: List[Step] = []
+    events: List[Tuple[Event, ...]] = []
+    targets = [states[v] for v in path[1:]]
+    if final_step is not None:
+        targets.append(None)  # the violating transition, matched by the property
+    for i, target in enumerate(targets):
+        chosen = None
+        for step, nxt, evs in successors(ctx, cur):
+            if target is None:
+                if not prop.holds_on(cur, step, evs, nxt):
+                    chosen = (step, nxt, evs)
+                    break
+            elif canon(nxt) == target:
+                chosen = (step, nxt, evs)
+                break
+        if chosen is None:  # pragma: no cover - a broken symmetry would land here
+            raise RuntimeError(f"cannot concretize step {i} of the {prop.name} trace")
+        step, cur, evs = chosen
+        steps.append(step)
+        concrete.append(cur)
+        events.append(evs)
+    return Trace(release=ctx.release.name, scenario=ctx.scenario.name, property=prop.name,
+                 steps=tuple(steps), states=tuple(concrete), events=tuple(events),
+                 violation=violation)
+
+
+def replay(release: Release, scenario: Scenario, steps: Sequence[Step]):
+    """Re-execute recorded steps; returns (states, events, first_disabled_index)."""
+    ctx = Ctx(release=release, scenario=scenario)
+    cur = initial_state(scenario)
+    out_states = [cur]
+    out_events = []
+    for i, step in enumerate(steps):
+        res = apply(ctx, cur, step)
+        if res is None:
+            return out_states, out_events, i
+        cur, evs = res
+        out_states.append(cur)
+        out_events.append(evs)
+    return out_states, out_events, None

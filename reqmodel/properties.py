@@ -1,0 +1,215 @@
+"""The property catalog: safety (``always``) and reachability (``sometimes``).
+
+Properties sit apart from the actions, as invariants do in a TLA+ spec.  A
+safety property is either a *state* predicate (must hold in every reachable
+state) or a *transition* predicate over ``(pre, step, events, post)`` (must
+hold on every reachable transition).  A reachability property names a good
+state that some path must reach: it guards against vacuous success (a model
+or guard that blocks everything makes every safety property hold, and fails
+these).
+
+Names are the stable kebab-case names of the modelling reference (§8); they
+are the public API of ``reqmodel check --property``.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional, Tuple
+
+import attrs
+
+from . import guards as g
+from .actions import Event, Step
+from .releases import Release
+from .scenario import Scenario
+from .state import PStage, DStage, State
+
+
+@attrs.frozen
+class Property:
+    name: str
+    kind: str  # "always" | "sometimes"
+    ref: str  # id in the modelling reference
+    text: str  # one-sentence statement for people
+    state: Optional[Callable[[State], bool]] = None  # True = good state
+    transition: Optional[Callable[[State, Step, Tuple[Event, ...], State], bool]] = None
+    applies: Callable[[Release, Scenario], bool] = lambda rel, sc: True
+
+    def holds_in(self, s: State) -> bool:
+        return self.state(s) if self.state else True
+
+    def holds_on(self, pre: State, step: Step, evs, post: State) -> bool:
+        return self.transition(pre, step, evs, post) if self.transition else True
+
+
+CATALOG: Dict[str, Property] = {}
+
+
+def prop(**kw) -> Property:
+    p = Property(**kw)
+    CATALOG[p.name] = p
+    return p
+
+
+def _has_door(rel: Release, sc: Scenario) -> bool:
+    return not (rel.prefill_door is g.prefill_door_admit_all
+                and rel.decode_door is g.decode_door_admit_all)
+
+
+def _events(evs, kind):
+    return (e for e in evs if e.kind == kind)
+
+
+# ------------------------------------------------------------------ safety
+
+prop(
+    name="no-foreign-kv-read", kind="always", ref="I1",
+    text="Decode never attends over a page of its handoff range that another request wrote last.",
+    transition=lambda pre, step, evs, post: not any(e.info[0] for e in _events(evs, "read")),
+)
+
+
+def _rejected_never_succeeds(s: State) -> bool:
+    for p, d in zip(s.p, s.d):
+        if (p.rejected or d.rejected) and (p.answer == 200 or d.answer == 200):
+            return False
+    return True
+
+
+prop(
+    name="rejected-never-succeeds", kind="always", ref="I2",
+    text="A request rejected at intake on either worker never gets FINISH_LENGTH / 200 from either worker.",
+    state=_rejected_never_succeeds,
+)
+
+
+def _pending_abort_kept(s: State) -> bool:
+    for req in s.p + s.d:
+        if (req.to_finish is not None and req.to_finish.is_abort
+                and req.finished_reason is not None and not req.finished_reason.is_abort):
+            return False
+    return True
+
+
+prop(
+    name="pending-abort-not-overwritten", kind="always", ref="I3",
+    text="A pending FINISH_ABORT in to_finish is never overwritten by a non-abort finished_reason (#33507).",
+    state=_pending_abort_kept,
+)
+
+prop(
+    name="no-late-result-side-effects", kind="always", ref="I4",
+    text="A prefill result that arrives after its request was retired sends, queues, caches and releases nothing.",
+    transition=lambda pre, step, evs, post: not any(_events(evs, "late_effect")),
+)
+
+prop(
+    name="abort-is-terminal", kind="always", ref="I5",
+    text="An aborted request is never requeued for more prefill work.",
+    transition=lambda pre, step, evs, post: not any(
+        g.is_aborted(pre.p[e.rid]) for e in _events(evs, "requeue")),
+)
+
+
+def _reject_acquires_nothing(pre, step, evs, post) -> bool:
+    for e in _events(evs, "acquire"):
+        side = pre.p[e.rid] if e.side == "prefill" else pre.d[e.rid]
+        if side.rejected:
+            return False
+    for e in _events(evs, "prealloc"):
+        if pre.d[e.rid].rejected:
+            return False
+    return True
+
+
+prop(
+    name="reject-acquires-nothing", kind="always", ref="I6",
+    text="A request rejected at a worker's intake acquires no sender, receiver, metadata buffer, KV or forward pass there.",
+    transition=_reject_acquires_nothing,
+)
+
+
+def _released_once(pre, step, evs, post) -> bool:
+    if any(not e.info[1] for e in _events(evs, "release")):
+        return False
+    # and nothing is left owned by a request that is gone with nothing due
+    for r, (p, d) in enumerate(zip(post.p, post.d)):
+        if p.stage is PStage.GONE and not p.results_due and (p.holds_kv or p.holds_metadata):
+            return False
+        if d.stage is DStage.GONE and (d.pages or d.meta_slot >= 0):
+            return False
+    return True
+
+
+prop(
+    name="release-exactly-once", kind="always", ref="I11",
+    text="KV, Mamba, metadata buffers and cache ownership are released exactly once: never on a non-holder, never left behind by a finished request.",
+    transition=_released_once,
+)
+
+
+def _cleanup_ran(pre, step, evs, post) -> bool:
+    for e in _events(evs, "door_retire"):
+        req = post.p[e.rid] if e.side == "prefill" else post.d[e.rid]
+        if (req.session_slot or req.cache_handle or req.to_finish is not None
+                or req.finished_reason is None or req.answer is None):
+            return False
+    return True
+
+
+prop(
+    name="early-retire-runs-cleanup", kind="always", ref="I12",
+    text="A door retire releases the conversation slot and cache handle, promotes the verdict and answers the client.",
+    transition=_cleanup_ran, applies=_has_door,
+)
+
+prop(
+    name="reentry-not-retired", kind="always", ref="I13",
+    text="A re-entering request (retracted, or owning KV, metadata or a host backup) is never retired at a door.",
+    transition=lambda pre, step, evs, post: not any(e.info[0] for e in _events(evs, "door_retire")),
+    applies=_has_door,
+)
+
+prop(
+    name="aborted-not-preallocated", kind="always", ref="I16",
+    text="Decode never preallocates pages for a request that is already aborted.",
+    transition=lambda pre, step, evs, post: not any(e.info[0] for e in _events(evs, "prealloc")),
+)
+
+# ------------------------------------------------------------ reachability
+
+
+def _valid_completes(s: State) -> bool:
+    return any(not p.rejected and not d.rejected and p.answer == 200 and d.answer == 200
+               and d.own_data for p, d in zip(s.p, s.d))
+
+
+prop(
+    name="valid-request-completes", kind="sometimes", ref="R1",
+    text="Some path serves a valid request with a 200 built only from its own pages.",
+    state=_valid_completes,
+)
+
+prop(
+    name="reentry-can-resume", kind="sometimes", ref="R2",
+    text="Some path retracts a request on decode, resumes it and serves it a 200 from its own pages.",
+    state=lambda s: any(d.was_retracted and d.answer == 200 and d.own_data for d in s.d),
+    applies=lambda rel, sc: sc.events.retract,
+)
+
+SAFETY = tuple(p for p in CATALOG.values() if p.kind == "always")
+REACHABILITY = tuple(p for p in CATALOG.values() if p.kind == "sometimes")
+
+
+class PropertyError(ValueError):
+    pass
+
+
+def select(names) -> Tuple[Property, ...]:
+    if not names:
+        return tuple(CATALOG.values())
+    out = []
+    for n in names:
+        if n not in CATALOG:
+            raise PropertyError(f"unknown property {n!r} (known: {', '.join(CATALOG)})")
+        out.append(CATALOG[n])
+    return tuple(out)

@@ -1,0 +1,191 @@
+"""Releases as data: which implementation each guard point and cleanup uses.
+
+No action branches on a version string.  An action asks its release record
+for the guard point or cleanup to run; a proposal (issue #6) or a mutant
+(``reqmodel.mutants``) is just another record made with ``attrs.evolve``.
+
+Line citations are ``file release:line`` with the abbreviations of the
+modelling reference (pf = disaggregation/prefill.py, dc = decode.py,
+ut = utils.py, cc = common/conn.py, sch = managers/scheduler.py,
+sb = managers/schedule_batch.py, env = environ.py).  They were checked against
+the wheels; see notes/traceability.md.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional, Tuple
+
+import attrs
+
+from . import guards as g
+
+
+class ReleaseError(ValueError):
+    """Unknown release name; the message is one line for the user."""
+
+
+# The steps ``Scheduler.retire_unadmitted_request`` runs, in order (sch 21:3242).
+RETIRE_CLEANUP_FULL = ("session", "beam", "hicache", "promote", "stream")
+
+
+@attrs.frozen
+class Release:
+    name: str
+    # guard points -------------------------------------------------------
+    prefill_door: Callable
+    decode_door: Callable
+    final_result: Callable
+    middle_result: Callable
+    inflight_success: Callable
+    prealloc_scan: Callable
+    commit_check: Callable
+    # data-plane and cleanup choices ---------------------------------------
+    update_status: Callable
+    conclude_transfer: bool  # Success -> Failed when a failure is recorded (cc 20:507)
+    retire_cleanup: Tuple[str, ...]  # steps of retire_unadmitted_request; () = no door retire
+    p_waiting_abort_releases_all: bool  # method 1 on P frees KV and always aborts the sender
+    requeue_fallback_frees_metadata: bool  # optimistic fallback frees the metadata buffer
+    sender_capacity: str  # create_sender compares the prompt with "pool" or "intake" limit
+    deferred_release_default: bool  # decode KV deferral when the scenario says "default"
+    checksum: Optional[str]  # None | "prompt" (0.5.21/22) | "suffix" (0.5.23, layout skip)
+    client_abort_status: int  # method 3: FINISH_ABORT() status
+    has_cache_handle: bool  # Req.cache_request_handle exists
+    cites: Dict[str, str] = attrs.field(factory=dict, eq=False, hash=False)
+
+    def guard_points(self) -> Dict[str, Callable]:
+        return {name: getattr(self, name) for name in g.GUARD_POINTS}
+
+
+_COMMON = dict(
+    inflight_success=g.inflight_success_length_unless_abort,
+    prealloc_scan=g.prealloc_scan_finished_reason,
+    commit_check=g.commit_room_check,
+)
+
+R0519 = Release(
+    name="0.5.19",
+    prefill_door=g.prefill_door_admit_all,
+    decode_door=g.decode_door_admit_all,
+    final_result=g.final_result_unchecked,
+    middle_result=g.middle_result_requeue_first,
+    update_status=g.update_status_019,
+    conclude_transfer=False,
+    retire_cleanup=(),
+    p_waiting_abort_releases_all=False,
+    requeue_fallback_frees_metadata=False,
+    sender_capacity="pool",
+    deferred_release_default=False,
+    checksum=None,
+    client_abort_status=500,
+    has_cache_handle=False,
+    cites={
+        "prefill_door": "pf 19:385-388 (add -> create_sender, no door)",
+        "decode_door": "dc 19:617 (add, no door)",
+        "final_result": "pf 19:752-797 (no abort check)",
+        "middle_result": "pf 19:823 requeue before pf 19:831 is_aborted",
+        "inflight_success": "pf 19:925-927",
+        "prealloc_scan": "dc 19:1141",
+        "commit_check": "dc 19:2059-2110",
+        "update_status": "cc 19:365-380",
+        "deferred_release": "env 19:672 (default False)",
+    },
+    **_COMMON,
+)
+
+R0520 = attrs.evolve(
+    R0519,
+    name="0.5.20",
+    final_result=g.final_result_retire_aborted,
+    middle_result=g.middle_result_abort_first,
+    update_status=g.update_status_020,
+    conclude_transfer=True,
+    client_abort_status=503,
+    has_cache_handle=True,
+    cites={
+        "prefill_door": "pf 20:399 (add -> create_sender, no door)",
+        "decode_door": "dc 20:640 (add, no door)",
+        "final_result": "pf 20:781-786 -> _retire_aborted_prefill_result pf 20:1096-1124",
+        "middle_result": "pf 20:886-899 (abort first)",
+        "inflight_success": "pf 20:1002",
+        "prealloc_scan": "dc 20:1157",
+        "commit_check": "dc 20:2131",
+        "update_status": "cc 20:395-412, conclude_transfer cc 20:507",
+        "deferred_release": "env 20:706 (default False)",
+    },
+)
+
+R0521 = attrs.evolve(
+    R0520,
+    name="0.5.21",
+    prefill_door=g.prefill_door_unadmitted_reject,
+    decode_door=g.decode_door_unadmitted_reject,
+    retire_cleanup=RETIRE_CLEANUP_FULL,
+    p_waiting_abort_releases_all=True,
+    deferred_release_default=True,
+    checksum="prompt",
+    cites={
+        "prefill_door": "pf 21:422-424; ut 21:1754 is_unadmitted_reject",
+        "decode_door": "dc 21:750-752",
+        "retire_cleanup": "sch 21:3242 retire_unadmitted_request",
+        "final_result": "pf 21:839",
+        "middle_result": "pf 21 (as 0.5.20)",
+        "inflight_success": "pf 21:1060",
+        "prealloc_scan": "dc 21:1293",
+        "commit_check": "dc 21:2404",
+        "update_status": "cc 21 (as 0.5.20)",
+        "p_waiting_abort": "pf 21:586 release_aborted_prefill_waiting_req",
+        "deferred_release": "env 21:722 (default True), mc 21:221 capable",
+        "checksum": "pf 21:1333-1338, dc 21:3049-3054",
+    },
+)
+
+R0522 = attrs.evolve(
+    R0521,
+    name="0.5.22",
+    cites={**R0521.cites,
+           "prefill_door": "pf 22:434-436; ut 22:1854",
+           "decode_door": "dc 22:800-802",
+           "retire_cleanup": "sch 22:3328",
+           "final_result": "pf 22:937",
+           "inflight_success": "pf 22:1183",
+           "prealloc_scan": "dc 22:1365",
+           "commit_check": "dc 22:2507",
+           "p_waiting_abort": "pf 22:573"},
+)
+
+R0523 = attrs.evolve(
+    R0522,
+    name="0.5.23",
+    requeue_fallback_frees_metadata=True,
+    sender_capacity="intake",
+    checksum="suffix",
+    cites={**R0522.cites,
+           "prefill_door": "pf 23:457-459; ut 23:1941",
+           "decode_door": "dc 23:824-826",
+           "retire_cleanup": "sch 23:3455, _release_aborted_request sch 23:3545-3550",
+           "final_result": "pf 23:980",
+           "inflight_success": "pf 23:1226",
+           "prealloc_scan": "dc 23:1395",
+           "commit_check": "dc 23:2600",
+           "p_waiting_abort": "pf 23:595",
+           "create_sender": "pf 23:148-155 (max_input_len)",
+           "requeue_fallback": "pf 23:1841 frees metadata",
+           "checksum": "dc 23:2580-2598 layout signature"},
+)
+
+RELEASES: Dict[str, Release] = {r.name: r for r in (R0519, R0520, R0521, R0522, R0523)}
+NAMES: Tuple[str, ...] = tuple(RELEASES)
+
+
+def get(name: str) -> Release:
+    try:
+        return RELEASES[name]
+    except KeyError:
+        raise ReleaseError(
+            f"unknown release {name!r} (known: {', '.join(NAMES)})") from None
+
+
+def resolve(spec: str) -> Tuple[Release, ...]:
+    """``all`` or a comma-separated list of release names."""
+    if spec == "all":
+        return tuple(RELEASES.values())
+    return tuple(get(part.strip()) for part in spec.split(",") if part.strip())

@@ -1,0 +1,236 @@
+"""Scenarios: the model's configuration (bounds, options, enabled events).
+
+A scenario is to the model what a TLA+ ``.cfg`` is to a spec: the same
+actions run on small and large instances.  Scenarios load from TOML files
+(``--scenario-file``) or by name from the built-in set in
+``reqmodel/scenarios/*.toml``.  Unknown keys, wrong types and bounds that do
+not fit the machine are refused with a one-line :class:`ScenarioError`.
+"""
+from __future__ import annotations
+
+import math
+import tomllib
+from importlib import resources
+from typing import Any, Dict, Optional, Tuple
+
+import attrs
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be loaded; the message is one line for the user."""
+
+
+# Hard bounds: beyond these the exhaustive search does not fit in 4 GB
+# (see notes/performance.md for the measurements behind them).
+MAX_REQUESTS = 4
+MAX_POOL_PAGES = 8
+MAX_PROMPT_PAGES = 8
+MAX_WEIGHT = 14  # requests * (prompt pages + 3), a rough size of the product space
+
+
+@attrs.frozen
+class Worker:
+    pool_pages: int
+    intake_limit_pages: int
+    auto_truncate: bool = False
+    kv_checksum: bool = False
+    metadata_buffers: int = 4
+    chunk_pages: int = 0  # chunked prefill size in pages; 0 = unchunked (P only)
+    radix_cache: bool = False  # D only
+    ranks: int = 1  # D only
+
+
+@attrs.frozen
+class Events:
+    client_abort: bool = False
+    retract: bool = False
+    preempt: bool = False
+    transfer_failure: bool = False
+    timeouts: bool = False
+
+
+@attrs.frozen
+class Scenario:
+    name: str
+    prompt_pages: Tuple[int, ...]
+    prefill: Worker
+    decode: Worker
+    optimistic_prefill_attempts: int = 0
+    deferred_release: Optional[bool] = None  # None: the release's own default
+    layouts_match: bool = True
+    sessions: bool = False  # every request streams in a conversation (owns a slot)
+    hybrid_mamba: bool = False  # the model keeps Mamba state beside KV
+    events: Events = Events()
+    description: str = ""
+
+    @property
+    def n(self) -> int:
+        return len(self.prompt_pages)
+
+    def chunk(self) -> int:
+        c = self.prefill.chunk_pages
+        return c if c > 0 else MAX_PROMPT_PAGES
+
+
+_TOP = {"name", "description", "prompt_pages", "prefill", "decode", "options", "events"}
+_PREFILL = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
+            "metadata_buffers", "chunk_pages"}
+_DECODE = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
+           "metadata_buffers", "radix_cache", "ranks"}
+_OPTIONS = {"optimistic_prefill_attempts", "deferred_release", "layouts_match",
+            "sessions", "hybrid_mamba"}
+_EVENTS = {f.name for f in attrs.fields(Events)}
+
+
+def _check_keys(where: str, table: Dict[str, Any], allowed: set) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ScenarioError(
+            f"unknown key {where}{unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+
+
+def _get(where: str, table: Dict[str, Any], key: str, typ: type, default: Any) -> Any:
+    if key not in table:
+        return default
+    value = table[key]
+    if typ is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ScenarioError(f"{where}{key} must be an integer, got {value!r}")
+    if typ is bool and not isinstance(value, bool):
+        raise ScenarioError(f"{where}{key} must be true or false, got {value!r}")
+    if typ is str and not isinstance(value, str):
+        raise ScenarioError(f"{where}{key} must be a string, got {value!r}")
+    return value
+
+
+def _worker(role: str, table: Any, n_requests: int) -> Worker:
+    where = f"[{role}] "
+    if not isinstance(table, dict):
+        raise ScenarioError(f"[{role}] must be a table")
+    _check_keys(f"{role}.", table, _PREFILL if role == "prefill" else _DECODE)
+    if "pool_pages" not in table:
+        raise ScenarioError(f"[{role}] pool_pages is required")
+    pool = _get(where, table, "pool_pages", int, None)
+    limit = _get(where, table, "intake_limit_pages", int, pool)
+    w = Worker(
+        pool_pages=pool,
+        intake_limit_pages=limit,
+        auto_truncate=_get(where, table, "auto_truncate", bool, False),
+        kv_checksum=_get(where, table, "kv_checksum", bool, False),
+        metadata_buffers=_get(where, table, "metadata_buffers", int, n_requests),
+        chunk_pages=_get(where, table, "chunk_pages", int, 0) if role == "prefill" else 0,
+        radix_cache=_get(where, table, "radix_cache", bool, False) if role == "decode" else False,
+        ranks=_get(where, table, "ranks", int, 1) if role == "decode" else 1,
+    )
+    if not 1 <= w.pool_pages <= MAX_POOL_PAGES:
+        raise ScenarioError(f"{where}pool_pages must be 1..{MAX_POOL_PAGES}, got {w.pool_pages}")
+    if not 1 <= w.intake_limit_pages <= w.pool_pages:
+        raise ScenarioError(
+            f"{where}intake_limit_pages must be 1..pool_pages ({w.pool_pages}), "
+            f"got {w.intake_limit_pages}")
+    if not 1 <= w.metadata_buffers <= MAX_REQUESTS:
+        raise ScenarioError(f"{where}metadata_buffers must be 1..{MAX_REQUESTS}")
+    if w.chunk_pages < 0:
+        raise ScenarioError(f"{where}chunk_pages must be >= 0")
+    if w.ranks != 1:
+        raise ScenarioError(
+            f"{where}ranks = {w.ranks}: several decode ranks per room are not modelled "
+            "yet (issue #3); use ranks = 1")
+    return w
+
+
+def from_dict(data: Dict[str, Any], origin: str = "<scenario>") -> Scenario:
+    """Build and validate a scenario from parsed TOML."""
+    _check_keys("", data, _TOP)
+    name = _get("", data, "name", str, None)
+    if not name:
+        raise ScenarioError("name is required")
+    prompts = data.get("prompt_pages")
+    if (not isinstance(prompts, list) or not prompts
+            or not all(isinstance(p, int) and not isinstance(p, bool) for p in prompts)):
+        raise ScenarioError("prompt_pages must be a non-empty list of integers")
+    if len(prompts) > MAX_REQUESTS:
+        raise ScenarioError(
+            f"prompt_pages has {len(prompts)} requests; the exhaustive checker is bounded "
+            f"to {MAX_REQUESTS} on this machine")
+    if not all(1 <= p <= MAX_PROMPT_PAGES for p in prompts):
+        raise ScenarioError(f"every prompt must be 1..{MAX_PROMPT_PAGES} pages")
+    for section in ("prefill", "decode"):
+        if section not in data:
+            raise ScenarioError(f"[{section}] table is required")
+    prefill = _worker("prefill", data["prefill"], len(prompts))
+    decode = _worker("decode", data["decode"], len(prompts))
+    options = data.get("options", {})
+    if not isinstance(options, dict):
+        raise ScenarioError("[options] must be a table")
+    _check_keys("options.", options, _OPTIONS)
+    deferred = options.get("deferred_release", "default")
+    if deferred == "default":
+        deferred = None
+    elif not isinstance(deferred, bool):
+        raise ScenarioError(
+            f'options.deferred_release must be "default", true or false, got {deferred!r}')
+    attempts = _get("options.", options, "optimistic_prefill_attempts", int, 0)
+    if not 0 <= attempts <= 2:
+        raise ScenarioError("options.optimistic_prefill_attempts must be 0..2")
+    events = data.get("events", {})
+    if not isinstance(events, dict):
+        raise ScenarioError("[events] must be a table")
+    _check_keys("events.", events, _EVENTS)
+    ev = Events(**{k: _get("events.", events, k, bool, False) for k in _EVENTS})
+    sc = Scenario(
+        name=name,
+        description=_get("", data, "description", str, ""),
+        prompt_pages=tuple(prompts),
+        prefill=prefill,
+        decode=decode,
+        optimistic_prefill_attempts=attempts,
+        deferred_release=deferred,
+        layouts_match=_get("options.", options, "layouts_match", bool, True),
+        sessions=_get("options.", options, "sessions", bool, False),
+        hybrid_mamba=_get("options.", options, "hybrid_mamba", bool, False),
+        events=ev,
+    )
+    weight = sum(p + 3 for p in sc.prompt_pages) + sum(
+        2 for flag in attrs.astuple(ev) if flag)
+    if weight > MAX_WEIGHT + 2 * len(prompts):
+        raise ScenarioError(
+            f"scenario {name!r} is too large for exhaustive search on this machine "
+            f"(size {weight}; at most {MAX_WEIGHT + 2 * len(prompts)}): use fewer requests, "
+            "shorter prompts or fewer events")
+    return sc
+
+
+def load_file(path: str) -> Scenario:
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such scenario file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{path}: invalid TOML: {exc}") from None
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        return from_dict(data, origin=path)
+    except ScenarioError as exc:
+        raise ScenarioError(f"{path}: {exc}") from None
+
+
+def builtin_names() -> Tuple[str, ...]:
+    files = resources.files("reqmodel").joinpath("scenarios")
+    return tuple(sorted(f.name[:-5] for f in files.iterdir() if f.name.endswith(".toml")))
+
+
+DEFAULT = "incident"
+
+
+def builtin(name: str) -> Scenario:
+    if name not in builtin_names():
+        raise ScenarioError(
+            f"unknown scenario {name!r} (built-in: {', '.join(builtin_names())})")
+    text = resources.files("reqmodel").joinpath("scenarios", f"{name}.toml").read_text()
+    return from_dict(tomllib.loads(text), origin=name)
+
+
+def pages_needed(tokens_pages: int) -> int:
+    return max(1, math.ceil(tokens_pages))

@@ -1,0 +1,241 @@
+"""The state of a PD-disaggregated SGLang deployment, as frozen attrs values.
+
+Every value here is immutable and hashable: the exhaustive checker stores
+states in a visited set, and symmetry reduction (``reqmodel.symmetry``)
+relabels request and page identities on these values without touching the
+protocol.
+
+Lengths are in *pages*.  A prompt of ``n`` pages is ``n * page_size`` tokens;
+the intake stub that ``Req.set_finish_with_abort`` leaves behind
+(``origin_input_ids = array('q', [0])``, sb 19:1927) is one token, hence one
+page.  Request ``i`` uses ``bootstrap_room = i + 1`` (room 0 means "metadata
+not ready", dc 19:2059-2090).
+
+Field names follow SGLang's ``Req`` where a guard point reads them, so that
+guard proposals (issue #6) can be written with the names a contributor knows.
+"""
+from __future__ import annotations
+
+import enum
+from typing import Optional, Tuple
+
+import attrs
+
+
+class KVPoll(enum.IntEnum):
+    """``KVPoll`` ordering, bc 19:93-98: Failed < Bootstrapping < ... < Success."""
+
+    Failed = 0
+    Bootstrapping = 1
+    WaitingForInput = 2
+    Transferring = 3
+    Success = 4
+
+
+@attrs.frozen(order=True)
+class Finish:
+    """A finish reason: ``FINISH_ABORT(status)`` or ``FINISH_LENGTH(0)``."""
+
+    kind: str  # "abort" | "length"
+    status: int  # HTTP status the client sees for this reason
+
+    @property
+    def is_abort(self) -> bool:
+        return self.kind == "abort"
+
+    def __str__(self) -> str:
+        return f"FINISH_ABORT({self.status})" if self.is_abort else "FINISH_LENGTH(0)"
+
+
+ABORT_400 = Finish("abort", 400)  # intake reject (validate_input_length)
+ABORT_500 = Finish("abort", 500)  # transfer / bootstrap failure, prepare_abort(500)
+LENGTH = Finish("length", 200)  # FINISH_LENGTH(length=0) on P; normal finish on D
+
+
+class PStage(enum.Enum):
+    """Where a request sits on the prefill worker (queue membership)."""
+
+    ABSENT = "absent"  # not yet received by this worker
+    DOOR = "door"  # in _add_request_to_queue, about to hit PrefillBootstrapQueue.add
+    BOOTSTRAP = "bootstrap"  # disagg_prefill_bootstrap_queue
+    WAITING = "waiting"  # waiting_queue
+    CHUNKED = "chunked"  # self.chunked_req: more chunks to launch
+    YIELDED = "yielded"  # optimistic chunked req that yielded (overlap): in no queue
+    FORWARDED = "forwarded"  # final chunk launched; only in last_batch
+    INFLIGHT = "inflight"  # disagg_prefill_inflight_queue
+    GONE = "gone"  # in no queue any more (retired, finished, dropped)
+
+
+class DStage(enum.Enum):
+    """Where a request sits on the decode worker."""
+
+    ABSENT = "absent"
+    DOOR = "door"  # in _add_request_to_queue, about to hit DecodePreallocQueue.add
+    PREALLOC = "prealloc"  # DecodePreallocQueue.queue, receiver created
+    TRANSFER = "transfer"  # DecodeTransferQueue: pages reserved, metadata sent
+    WAITING = "waiting"  # committed, waiting for the prebuilt batch
+    RUNNING = "running"  # decoded at least one step over its KV
+    RETRACTED = "retracted"  # retracted_queue, host backup only
+    HELD = "held"  # deferred release: failed, still holding pages until ack/timeout
+    GONE = "gone"
+
+
+@attrs.frozen(cache_hash=True)
+class PrefillReq:
+    """The prefill worker's ``Req`` for one client request, plus its queue stage."""
+
+    stage: PStage = PStage.ABSENT
+    origin_pages: int = 0  # len(origin_input_ids), in pages
+    to_finish: Optional[Finish] = None
+    finished_reason: Optional[Finish] = None
+    is_retracted: bool = False
+    kv_pages: int = 0  # pages of P's pool held; holds_kv <=> kv_pages > 0
+    holds_mamba: bool = False
+    holds_metadata: bool = False  # metadata_buffer_index >= 0
+    pending_bootstrap: bool = False
+    has_sender: bool = False  # disagg_kv_sender is not None
+    send_pages: int = -1  # pages announced by sender.init(num_pages, idx); -1: not inited
+    extend_end: int = 0  # pages forwarded so far
+    results_due: Tuple[int, ...] = ()  # chunk ends whose overlapped results are pending
+    sent: int = 0  # start_send_idx: pages handed to the transfer engine
+    requeues_left: int = 0  # optimistic_prefill_attempts not yet used
+    pending_chunked_abort: bool = False  # _pending_chunked_abort_req is this req
+    session_slot: bool = False  # owns an active conversation slot
+    cache_handle: bool = False  # cache_request_handle open
+    rejected: bool = False  # history: rejected at this worker's intake
+    answer: Optional[int] = None  # status of the first final stream_output, if any
+
+    @property
+    def holds_kv(self) -> bool:
+        return self.kv_pages > 0
+
+    @property
+    def metadata_buffer_index(self) -> int:
+        return 0 if self.holds_metadata else -1
+
+    @property
+    def inflight_middle_chunks(self) -> int:
+        return sum(1 for end in self.results_due if end < self.origin_pages)
+
+    @property
+    def retraction_backup(self) -> None:
+        return None  # a prefill Req never keeps a host backup
+
+
+@attrs.frozen(cache_hash=True)
+class DecodeReq:
+    """The decode worker's ``Req`` and its ``DecodeRequest`` wrapper."""
+
+    stage: DStage = DStage.ABSENT
+    origin_pages: int = 0
+    to_finish: Optional[Finish] = None
+    finished_reason: Optional[Finish] = None
+    is_retracted: bool = False
+    door_flag: Optional[str] = None  # caller intent at the door: "retracted" | None
+    has_receiver: bool = False
+    receiver_state: Optional[KVPoll] = None  # the receiver's latched poll state
+    pages: Tuple[int, ...] = ()  # D pages of the handoff range (kv row)
+    prefix_pages: int = 0  # decode_prefix_len (radix hit), counted into pages[:prefix]
+    meta_slot: int = -1  # DecodeRequest.metadata_buffer_index
+    retraction_backup: bool = False  # host KV copy (kv.retraction_backup)
+    expected_checksum: Optional[Tuple] = None  # expected_kv_checksum (None = skip)
+    abort_notified: bool = False
+    client_aborted: bool = False  # this worker has handled the client's abort
+    session_slot: bool = False
+    cache_handle: bool = False
+    rejected: bool = False
+    was_retracted: bool = False  # history: went through a retract re-entry
+    read_foreign: bool = False  # history: attention read a page another request wrote
+    answer: Optional[int] = None
+    own_data: Optional[bool] = None  # for a 200: did the body come only from own pages
+
+    @property
+    def holds_kv(self) -> bool:
+        return bool(self.pages)
+
+    @property
+    def holds_mamba(self) -> bool:
+        return False
+
+    @property
+    def metadata_buffer_index(self) -> int:
+        # D's Req shows -1: the index lives on DecodeRequest (dc 19:297)
+        return -1
+
+
+@attrs.frozen(cache_hash=True)
+class Room:
+    """Prefill KV manager state for one ``bootstrap_room`` (§5.9)."""
+
+    status: Optional[KVPoll] = None  # request_status[room]
+    dst: Optional[Tuple[int, ...]] = None  # transfer_infos[room].dst_kv_indices
+    dst_slot: int = -1  # D metadata slot published with the destinations
+    prefix: int = 0  # req_to_decode_prefix_len[room]
+    failure_record: bool = False  # failure_records[room]
+    concluded: Optional[KVPoll] = None  # sender's latched conclude_state
+    ack_owed: bool = False  # a deferred ABORT_ACK waits for the room to drain
+
+
+@attrs.frozen(cache_hash=True)
+class Page:
+    """One page of decode's KV pool."""
+
+    owner: Optional[int] = None  # request holding it, None when free
+    writer: Optional[int] = None  # last request whose KV landed in it
+
+
+@attrs.frozen(cache_hash=True)
+class MetaSlot:
+    """One slot of decode's metadata buffers."""
+
+    owner: Optional[int] = None
+    room: int = 0  # bootstrap_room written by the aux write; 0 = not ready
+    checksum: Optional[Tuple] = None  # P's digest, when P computes one
+
+
+@attrs.frozen(order=True, cache_hash=True)
+class Msg:
+    """A message in flight.
+
+    kinds: ``metadata`` (D->P send_metadata), ``chunk`` (P->transfer worker
+    send_kv_chunk), ``status`` (worker->D KVPoll), ``abort`` (D->P ABORT),
+    ``ack`` (P->D ABORT_ACK).
+    """
+
+    kind: str
+    rid: int
+    pages: Tuple[int, ...] = ()  # metadata: dst pages; chunk: [start, end) in P's prompt
+    last: bool = False
+    slot: int = -1
+    poll: Optional[KVPoll] = None
+    checksum: Optional[Tuple] = None
+
+
+@attrs.frozen(cache_hash=True)
+class State:
+    p: Tuple[PrefillReq, ...]
+    d: Tuple[DecodeReq, ...]
+    rooms: Tuple[Room, ...]
+    d_pages: Tuple[Page, ...]
+    d_slots: Tuple[MetaSlot, ...]
+    net: Tuple[Msg, ...] = ()  # ordered: chunks of a room are processed FIFO
+    aborted_by_client: Tuple[bool, ...] = ()
+
+    # -- small derived views used by guards ---------------------------------
+    def p_pages_used(self) -> int:
+        return sum(r.kv_pages for r in self.p)
+
+    def p_metadata_used(self) -> int:
+        return sum(1 for r in self.p if r.holds_metadata)
+
+    def free_d_pages(self) -> Tuple[int, ...]:
+        return tuple(i for i, pg in enumerate(self.d_pages) if pg.owner is None)
+
+    def free_d_slot(self) -> int:
+        for i, s in enumerate(self.d_slots):
+            if s.owner is None:
+                return i
+        return -1
+
+    def msgs(self, kind: str, rid: int) -> Tuple[Msg, ...]:
+        return tuple(m for m in self.net if m.kind == kind and m.rid == rid)

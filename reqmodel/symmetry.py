@@ -1,0 +1,199 @@
+"""Symmetry reduction: a canonical representative for each state.
+
+Three identities are interchangeable in the model:
+
+* decode pages: the actions treat page ids only as names (allocation takes
+  any free pages, writes go to the ids published in the metadata);
+* decode metadata slots: likewise;
+* requests with the same prompt length: every action is parametric in the
+  request id, and every property quantifies over all requests.
+
+``canonical(s)`` applies a permutation of each kind chosen from the state's
+own content, so it maps a state to an isomorphic state; every state the
+checker stores is a real state of the model, and properties (symmetric by
+construction) give the same verdict on both.  The choice is not guaranteed
+to be the unique minimum of the orbit (ties between requests are broken by
+position), which only costs merges, never soundness.  See notes/design.md.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import attrs
+
+from .state import Msg, Page, State
+
+
+def _rename_rid(x, pi: Sequence[int]):
+    return None if x is None else pi[x]
+
+
+def _rename_checksum(c, pi):
+    if c is None or not c or not isinstance(c[0], int):
+        return c
+    return (pi[c[0]],) + tuple(c[1:])
+
+
+def _request_signature(s: State, r: int) -> Tuple:
+    """What request r looks like without naming other requests, pages or slots."""
+    d = s.d[r]
+    room = s.rooms[r]
+    pages = tuple((s.d_pages[p].writer == r, s.d_pages[p].writer is None) for p in d.pages)
+    dst = None if room.dst is None else tuple(
+        (s.d_pages[p].owner == r, s.d_pages[p].writer == r) for p in room.dst)
+    msgs = tuple((m.kind, m.pages if m.kind == "chunk" else len(m.pages), m.last,
+                  m.poll) for m in s.net if m.rid == r)
+    return (
+        attrs.astuple(s.p[r], recurse=False),
+        attrs.evolve(d, pages=(), meta_slot=-1 if d.meta_slot < 0 else 0,
+                     expected_checksum=_rename_checksum(d.expected_checksum, [0] * len(s.p))),
+        pages,
+        attrs.evolve(room, dst=None, dst_slot=-1 if room.dst_slot < 0 else 0),
+        dst, msgs, s.aborted_by_client[r],
+    )
+
+
+def _sort_key(x):
+    return repr(x)
+
+
+def canonical(s: State, classes: Tuple[int, ...]) -> State:
+    """The representative of ``s``'s orbit.  ``classes[r]`` is request r's
+    symmetry class (its prompt length): only requests of one class permute.
+
+    Requests are ordered by a signature that names no other request, page or
+    slot; requests whose signatures tie are tried in every order and the least
+    resulting state (by ``repr``) is kept, so the result does not depend on
+    how the state was labelled: a true canonical form.
+    """
+    n = len(s.p)
+    s = canonical_net_order(s)
+    if len(set(classes)) == n:
+        return _relabel_pages_slots(s)
+    sigs = [_sort_key(_request_signature(s, r)) for r in range(n)]
+    positions: Dict[int, List[int]] = {}
+    for r in range(n):
+        positions.setdefault(classes[r], []).append(r)
+    # per class: members sorted by signature, grouped into ties
+    per_class = []
+    for cls, pos in positions.items():
+        members = sorted(pos, key=lambda r: sigs[r])
+        groups: List[List[int]] = []
+        for r in members:
+            if groups and sigs[groups[-1][0]] == sigs[r]:
+                groups[-1].append(r)
+            else:
+                groups.append([r])
+        per_class.append((pos, groups))
+    options = [[]]
+    for pos, groups in per_class:
+        orders = [[]]
+        for grp in groups:
+            perms = list(itertools.permutations(grp)) if len(grp) > 1 else [tuple(grp)]
+            orders = [o + list(p) for o in orders for p in perms]
+        options = [opt + [(pos, o)] for opt in options for o in orders]
+    best = None
+    best_key = None
+    for opt in options:
+        pi = [0] * n
+        for pos, order in opt:
+            for new_pos, old in zip(pos, order):
+                pi[old] = new_pos
+        cand = s if pi == list(range(n)) else _permute_requests(s, pi)
+        cand = _relabel_pages_slots(cand)
+        if len(options) == 1:
+            return cand
+        key = repr(cand)
+        if best_key is None or key < best_key:
+            best, best_key = cand, key
+    return best
+
+
+def _relabel_pages_slots(s: State) -> State:
+    # pages: by first occurrence, then unreferenced pages by content
+    page_map: Dict[int, int] = {}
+    for d in s.d:
+        for p in d.pages:
+            page_map.setdefault(p, len(page_map))
+    for room in s.rooms:
+        for p in room.dst or ():
+            page_map.setdefault(p, len(page_map))
+    for m in s.net:
+        if m.kind == "metadata":
+            for p in m.pages:
+                page_map.setdefault(p, len(page_map))
+    rest = [p for p in range(len(s.d_pages)) if p not in page_map]
+    rest.sort(key=lambda p: (s.d_pages[p].owner is None, s.d_pages[p].owner or 0,
+                             s.d_pages[p].writer is None, s.d_pages[p].writer or 0))
+    for p in rest:
+        page_map[p] = len(page_map)
+    # metadata slots: by first occurrence, then by content
+    slot_map: Dict[int, int] = {}
+    for d in s.d:
+        if d.meta_slot >= 0:
+            slot_map.setdefault(d.meta_slot, len(slot_map))
+    for room in s.rooms:
+        if room.dst_slot >= 0:
+            slot_map.setdefault(room.dst_slot, len(slot_map))
+    for m in s.net:
+        if m.kind == "metadata" and m.slot >= 0:
+            slot_map.setdefault(m.slot, len(slot_map))
+    rest = [i for i in range(len(s.d_slots)) if i not in slot_map]
+    rest.sort(key=lambda i: _sort_key(s.d_slots[i]))
+    for i in rest:
+        slot_map[i] = len(slot_map)
+    if any(k != v for k, v in page_map.items()) or any(k != v for k, v in slot_map.items()):
+        s = _relabel(s, page_map, slot_map)
+    return s
+
+
+def _permute_requests(s: State, pi: List[int]) -> State:
+    n = len(pi)
+    inv = [0] * n
+    for old, new in enumerate(pi):
+        inv[new] = old
+    d = tuple(attrs.evolve(s.d[inv[i]], expected_checksum=_rename_checksum(
+        s.d[inv[i]].expected_checksum, pi)) for i in range(n))
+    pages = tuple(Page(owner=_rename_rid(pg.owner, pi), writer=_rename_rid(pg.writer, pi))
+                  for pg in s.d_pages)
+    slots = tuple(attrs.evolve(sl, owner=_rename_rid(sl.owner, pi),
+                               room=0 if sl.room == 0 else pi[sl.room - 1] + 1,
+                               checksum=_rename_checksum(sl.checksum, pi)) for sl in s.d_slots)
+    net = tuple(sorted((attrs.evolve(m, rid=pi[m.rid]) for m in s.net),
+                       key=lambda m: (m.rid, m.kind)))
+    # stable sort by rid keeps each room's chunk order; re-sort is canonical
+    return State(
+        p=tuple(s.p[inv[i]] for i in range(n)),
+        d=d,
+        rooms=tuple(s.rooms[inv[i]] for i in range(n)),
+        d_pages=pages,
+        d_slots=slots,
+        net=net,
+        aborted_by_client=tuple(s.aborted_by_client[inv[i]] for i in range(n)),
+    )
+
+
+def _relabel(s: State, page_map: Dict[int, int], slot_map: Dict[int, int]) -> State:
+    pages: List[Optional[Page]] = [None] * len(s.d_pages)
+    for old, new in page_map.items():
+        pages[new] = s.d_pages[old]
+    slots = [None] * len(s.d_slots)
+    for old, new in slot_map.items():
+        slots[new] = s.d_slots[old]
+    d = tuple(attrs.evolve(x, pages=tuple(page_map[p] for p in x.pages),
+                           meta_slot=slot_map[x.meta_slot] if x.meta_slot >= 0 else -1)
+              for x in s.d)
+    rooms = tuple(attrs.evolve(rm, dst=None if rm.dst is None else tuple(page_map[p] for p in rm.dst),
+                               dst_slot=slot_map[rm.dst_slot] if rm.dst_slot >= 0 else -1)
+                  for rm in s.rooms)
+    net = tuple(attrs.evolve(m, pages=tuple(page_map[p] for p in m.pages),
+                             slot=slot_map[m.slot] if m.slot >= 0 else -1)
+                if m.kind == "metadata" else m for m in s.net)
+    return attrs.evolve(s, d=d, rooms=rooms, d_pages=tuple(pages), d_slots=tuple(slots), net=net)
+
+
+def canonical_net_order(s: State) -> State:
+    """Messages of different rooms commute; keep each room's order, sort rooms."""
+    net = tuple(sorted(s.net, key=lambda m: (m.rid, m.kind)))
+    return s if net == s.net else attrs.evolve(s, net=net)
