@@ -77,7 +77,7 @@ class Action:
         return (self.effect.__doc__ or "").strip()
 
     def enabled(self, ctx: Ctx, s: State, rid: int) -> bool:
-        if self.event_flag and not getattr(ctx.scenario.events, self.event_flag):
+        if self.event_flag and not ctx.scenario.events.on(self.event_flag, rid):
             return False
         return self.guard(ctx, s, rid)
 
@@ -291,8 +291,21 @@ def p_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     return s, (Event("acquire", r, "prefill", ("sender",)),)
 
 
+D_TO_P = ("metadata", "abort")  # one ZMQ connection per endpoint: FIFO (cc 21:1962-1967)
+
+
+def next_d_to_p(s: State, r: int) -> Optional[Msg]:
+    """The oldest decode->prefill message of the room: ``send_metadata`` and
+    ``receiver.abort`` share the cached bootstrap socket, so they arrive in order."""
+    for m in s.net:
+        if m.rid == r and m.kind in D_TO_P:
+            return m
+    return None
+
+
 def _metadata_arrived(c, s, r):
-    return bool(s.msgs("metadata", r))
+    m = next_d_to_p(s, r)
+    return m is not None and m.kind == "metadata"
 
 
 @action("prefill", guard=_metadata_arrived)
@@ -432,12 +445,14 @@ def p_forward(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 def _chunked_check(c, s, r):
     req = s.p[r]
-    if req.stage is not PStage.CHUNKED or not req.pending_bootstrap or req.pending_chunked_abort:
+    stages = (PStage.CHUNKED,) if _loop_timing(c) else (PStage.CHUNKED, PStage.FORWARDED)
+    if req.stage not in stages or not req.pending_bootstrap or req.pending_chunked_abort:
         return False
     poll = sender_poll(s, r)
     if poll in (KVPoll.Failed, KVPoll.WaitingForInput):
         return True
-    return poll == KVPoll.Bootstrapping and (is_aborted(req) or _has_bootstrapped_waiting(s, r))
+    return (req.stage is PStage.CHUNKED and poll == KVPoll.Bootstrapping
+            and (is_aborted(req) or _has_bootstrapped_waiting(s, r)))
 
 
 @action("prefill", guard=_chunked_check)
@@ -525,8 +540,17 @@ def retire_aborted_prefill_result(c: Ctx, s: State, r: int) -> Tuple[State, Tupl
     return s, evs, True
 
 
+def _loop_timing(c) -> bool:
+    return c.scenario.result_timing == "loop"
+
+
 def _result_due(c, s, r):
-    return bool(s.p[r].results_due)
+    req = s.p[r]
+    if not req.results_due:
+        return False
+    # the overlap loop runs process_pending_chunked_abort (top of the step)
+    # before it processes the last batch's result (pf 19:627-631)
+    return not (_loop_timing(c) and req.pending_chunked_abort)
 
 
 @action("prefill", guard=_result_due)
@@ -694,7 +718,8 @@ def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 
 def _abort_arrived(c, s, r):
-    return bool(s.msgs("abort", r))
+    m = next_d_to_p(s, r)
+    return m is not None and m.kind == "abort"
 
 
 @action("prefill", guard=_abort_arrived)
@@ -997,9 +1022,14 @@ def d_resume(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 def _p_abortable(c, s, r):
     req = s.p[r]
-    return (not s.aborted_by_client[r]
-            and req.stage in (PStage.BOOTSTRAP, PStage.WAITING, PStage.CHUNKED,
-                              PStage.YIELDED, PStage.FORWARDED, PStage.INFLIGHT))
+    if s.aborted_by_client[r]:
+        return False
+    if req.stage is PStage.YIELDED:
+        # a yield (process_prefill_chunk) and the request's middle result are
+        # handled in the same loop iteration; aborts are read only at its top
+        return not _loop_timing(c)
+    return req.stage in (PStage.BOOTSTRAP, PStage.WAITING, PStage.CHUNKED,
+                         PStage.FORWARDED, PStage.INFLIGHT)
 
 
 @action("client", guard=_p_abortable, event="client_abort")

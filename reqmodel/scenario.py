@@ -42,11 +42,20 @@ class Worker:
 
 @attrs.frozen
 class Events:
-    client_abort: bool = False
-    retract: bool = False
-    preempt: bool = False
-    transfer_failure: bool = False
-    timeouts: bool = False
+    """Which nondeterministic events the search may insert.  Each is off,
+    on for every request, or on for the listed request indices."""
+
+    client_abort: Tuple[int, ...] = ()
+    retract: Tuple[int, ...] = ()
+    preempt: Tuple[int, ...] = ()
+    transfer_failure: Tuple[int, ...] = ()
+    timeouts: Tuple[int, ...] = ()
+
+    def on(self, name: str, rid: int) -> bool:
+        return rid in getattr(self, name)
+
+    def any(self, name: str) -> bool:
+        return bool(getattr(self, name))
 
 
 @attrs.frozen
@@ -60,6 +69,10 @@ class Scenario:
     layouts_match: bool = True
     sessions: bool = False  # every request streams in a conversation (owns a slot)
     hybrid_mamba: bool = False  # the model keeps Mamba state beside KV
+    # "loop": prefill results are processed in the overlap event loop's order
+    # (pf 19:599-640); "any": results may arrive at any time, as in the
+    # reference's unit-level executions S5/S6 (see notes/verdicts.md)
+    result_timing: str = "loop"
     events: Events = Events()
     description: str = ""
 
@@ -78,7 +91,7 @@ _PREFILL = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
 _DECODE = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
            "metadata_buffers", "radix_cache", "ranks"}
 _OPTIONS = {"optimistic_prefill_attempts", "deferred_release", "layouts_match",
-            "sessions", "hybrid_mamba"}
+            "sessions", "hybrid_mamba", "result_timing"}
 _EVENTS = {f.name for f in attrs.fields(Events)}
 
 
@@ -172,11 +185,19 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>") -> Scenario:
     attempts = _get("options.", options, "optimistic_prefill_attempts", int, 0)
     if not 0 <= attempts <= 2:
         raise ScenarioError("options.optimistic_prefill_attempts must be 0..2")
+    timing = _get("options.", options, "result_timing", str, "loop")
+    if timing not in ("loop", "any"):
+        raise ScenarioError(f'options.result_timing must be "loop" or "any", got {timing!r}')
     events = data.get("events", {})
     if not isinstance(events, dict):
         raise ScenarioError("[events] must be a table")
     _check_keys("events.", events, _EVENTS)
-    ev = Events(**{k: _get("events.", events, k, bool, False) for k in _EVENTS})
+    ev = Events(**{k: _event_targets(k, events.get(k, False), len(prompts)) for k in _EVENTS})
+    if ev.preempt:
+        raise ScenarioError(
+            "events.preempt: priority preemption (R3) does not occur in PD mode and the "
+            "decode pause-retract rebootstrap (R2) is not modelled yet (issue #3); "
+            "set preempt = false")
     sc = Scenario(
         name=name,
         description=_get("", data, "description", str, ""),
@@ -188,16 +209,30 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>") -> Scenario:
         layouts_match=_get("options.", options, "layouts_match", bool, True),
         sessions=_get("options.", options, "sessions", bool, False),
         hybrid_mamba=_get("options.", options, "hybrid_mamba", bool, False),
+        result_timing=timing,
         events=ev,
     )
     weight = sum(p + 3 for p in sc.prompt_pages) + sum(
-        2 for flag in attrs.astuple(ev) if flag)
+        2 * len(targets) for targets in attrs.astuple(ev, recurse=False))
     if weight > MAX_WEIGHT + 2 * len(prompts):
         raise ScenarioError(
             f"scenario {name!r} is too large for exhaustive search on this machine "
             f"(size {weight}; at most {MAX_WEIGHT + 2 * len(prompts)}): use fewer requests, "
             "shorter prompts or fewer events")
     return sc
+
+
+def _event_targets(key: str, value: Any, n: int) -> Tuple[int, ...]:
+    if isinstance(value, bool):
+        return tuple(range(n)) if value else ()
+    if (isinstance(value, list) and all(isinstance(i, int) and not isinstance(i, bool)
+                                        for i in value)):
+        bad = [i for i in value if not 0 <= i < n]
+        if bad:
+            raise ScenarioError(f"events.{key}: request {bad[0]} does not exist (0..{n - 1})")
+        return tuple(sorted(set(value)))
+    raise ScenarioError(
+        f"events.{key} must be true, false or a list of request indices, got {value!r}")
 
 
 def load_file(path: str) -> Scenario:

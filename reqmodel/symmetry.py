@@ -161,7 +161,7 @@ def _permute_requests(s: State, pi: List[int]) -> State:
                                room=0 if sl.room == 0 else pi[sl.room - 1] + 1,
                                checksum=_rename_checksum(sl.checksum, pi)) for sl in s.d_slots)
     net = tuple(sorted((attrs.evolve(m, rid=pi[m.rid]) for m in s.net),
-                       key=lambda m: (m.rid, m.kind)))
+                       key=_msg_order))
     # stable sort by rid keeps each room's chunk order; re-sort is canonical
     return State(
         p=tuple(s.p[inv[i]] for i in range(n)),
@@ -193,7 +193,14 @@ def _relabel(s: State, page_map: Dict[int, int], slot_map: Dict[int, int]) -> St
     return attrs.evolve(s, d=d, rooms=rooms, d_pages=tuple(pages), d_slots=tuple(slots), net=net)
 
 
+def _msg_order(m: Msg):
+    # stable sort: keeps the order inside a FIFO channel (decode->prefill:
+    # metadata and abort; the transfer queue: chunks), orders channels and rooms
+    channel = "d2p" if m.kind in ("metadata", "abort") else m.kind
+    return (m.rid, channel)
+
+
 def canonical_net_order(s: State) -> State:
-    """Messages of different rooms commute; keep each room's order, sort rooms."""
-    net = tuple(sorted(s.net, key=lambda m: (m.rid, m.kind)))
+    """Messages of different channels commute; keep each channel's order."""
+    net = tuple(sorted(s.net, key=_msg_order))
     return s if net == s.net else attrs.evolve(s, net=net)
