@@ -99,7 +99,7 @@ def _check_keys(where: str, table: Dict[str, Any], allowed: set) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
         raise ScenarioError(
-            f"unknown key {where}{unknown[0]!r} (allowed: {', '.join(sorted(allowed))})")
+            f"unknown key '{where}{unknown[0]}' (allowed: {', '.join(sorted(allowed))})")
 
 
 def _get(where: str, table: Dict[str, Any], key: str, typ: type, default: Any) -> Any:

@@ -1,0 +1,63 @@
+"""``reqmodel check``: run the property catalog on releases x scenarios."""
+from __future__ import annotations
+
+import pathlib
+from typing import Iterable, List, Optional, Sequence
+
+import attrs
+
+from . import itf
+from .explore import DEFAULT_MAX_STATES, Exploration, Verdict, explore
+from .properties import Property
+from .releases import Release
+from .scenario import Scenario
+
+
+@attrs.frozen
+class Result:
+    release: str
+    scenario: str
+    property: str
+    kind: str
+    verdict: str
+    trace_length: Optional[int]
+    trace_file: Optional[str]
+    states: int
+    seconds: float
+
+    def as_json(self) -> dict:
+        return {"release": self.release, "scenario": self.scenario, "property": self.property,
+                "verdict": self.verdict, "trace_length": self.trace_length,
+                "trace_file": self.trace_file, "states": self.states,
+                "seconds": round(self.seconds, 3)}
+
+
+def trace_path(out: pathlib.Path, release: str, prop: str, scenario: str) -> pathlib.Path:
+    return out / release / f"{prop}-{scenario}.itf.json"
+
+
+def run(releases: Sequence[Release], scenarios: Sequence[Scenario], props: Sequence[Property],
+        out: Optional[pathlib.Path], max_states: int = DEFAULT_MAX_STATES,
+        progress=None, write_witnesses: bool = False) -> List[Result]:
+    """Explore each (scenario, release) pair once for all properties.
+
+    Counterexamples of violated safety properties are written under ``out``
+    (and witnesses of reachability properties when ``write_witnesses``).
+    """
+    results: List[Result] = []
+    for sc in scenarios:
+        for rel in releases:
+            ex = explore(rel, sc, props, max_states=max_states, keep_graph=False)
+            for p in props:
+                v = ex.verdicts[p.name]
+                path = None
+                if v.trace is not None and out is not None and (
+                        v.verdict == "violated" or write_witnesses):
+                    path = trace_path(out, rel.name, p.name, sc.name)
+                    itf.write(path, v.trace, sc)
+                results.append(Result(rel.name, sc.name, p.name, p.kind, v.verdict,
+                                      v.trace_length, None if path is None else str(path),
+                                      ex.states, ex.seconds))
+            if progress is not None:
+                progress(sc, rel, ex)
+    return results

@@ -1,0 +1,189 @@
+"""The ``reqmodel`` command line.
+
+Every error a user can cause (bad scenario or trace file, unknown release,
+property or scenario name, a bound too large for the machine) is reported as
+one line on stderr with exit status 2, never a traceback.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+from typing import List, Optional, Tuple
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from . import properties as props_mod
+from . import releases as rel_mod
+from . import scenario as sc_mod
+from .check import run
+from .explore import BoundExceeded, DEFAULT_MAX_STATES
+from .itf import TraceFileError
+
+
+class UserError(Exception):
+    """An error to report in one line with exit status 2."""
+
+
+_USER_ERRORS = (UserError, sc_mod.ScenarioError, rel_mod.ReleaseError,
+                props_mod.PropertyError, TraceFileError, BoundExceeded)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="reqmodel")
+def cli() -> None:
+    """Model SGLang's request lifecycle and PD KV handoff, and check it."""
+
+
+def _scenarios(names: Tuple[str, ...], files: Tuple[str, ...]) -> List[sc_mod.Scenario]:
+    out: List[sc_mod.Scenario] = []
+    for name in names:
+        if name == "all":
+            out.extend(sc_mod.builtin(n) for n in sc_mod.builtin_names())
+        else:
+            out.append(sc_mod.builtin(name))
+    out.extend(sc_mod.load_file(f) for f in files)
+    return out or [sc_mod.builtin(sc_mod.DEFAULT)]
+
+
+def _console() -> Console:
+    """A console as wide as the table needs when output is not a terminal."""
+    return Console() if sys.stdout.isatty() else Console(width=160)
+
+
+_CELL = {"holds": "[green]holds[/]", "violated": "[bold red]violated[/]",
+         "not-applicable": "[dim]n/a[/]"}
+
+
+def _cell(r) -> str:
+    text = _CELL[r.verdict]
+    if r.trace_length is not None:
+        text += f" ({r.trace_length})"
+    if r.kind == "sometimes" and r.verdict == "violated":
+        text = "[bold red]unreachable[/]"
+    elif r.kind == "sometimes" and r.verdict == "holds":
+        text = f"[green]reachable[/] ({r.trace_length})"
+    return text
+
+
+@cli.command()
+@click.option("--release", "release", default="all", show_default=True,
+              help="A release (0.5.19 ... 0.5.23), a comma-separated list, or 'all'.")
+@click.option("--scenario", "scenario_names", multiple=True,
+              help="A built-in scenario name, or 'all' (default: incident).")
+@click.option("--scenario-file", "scenario_files", multiple=True,
+              type=click.Path(dir_okay=False), help="A scenario TOML file.")
+@click.option("--property", "prop_names", multiple=True,
+              help="Check only this property (repeatable; default: the whole catalog).")
+@click.option("--engine", type=click.Choice(["exhaustive"]), default="exhaustive",
+              show_default=True, help="Checking engine.")
+@click.option("--out", "out", type=click.Path(file_okay=False), default="counterexamples",
+              show_default=True, help="Where counterexample traces (ITF) are written.")
+@click.option("--witnesses", is_flag=True,
+              help="Also write the shortest path of each reachability property.")
+@click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES,
+              show_default=True, help="Refuse scenarios with more distinct states than this.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+def check(release, scenario_names, scenario_files, prop_names, engine, out, witnesses,
+          max_states, as_json) -> None:
+    """Check properties on releases and scenarios; write counterexamples.
+
+    Exit status 0 when the check ran, whatever the verdicts; 2 on bad input.
+    """
+    releases = rel_mod.resolve(release)
+    if not releases:
+        raise UserError("--release names no release")
+    scenarios = _scenarios(scenario_names, scenario_files)
+    props = props_mod.select(prop_names)
+    console = Console(stderr=True)
+
+    def progress(sc, rel, ex):
+        if not as_json:
+            console.print(f"[dim]{sc.name} on {rel.name}: {ex.states:,} states, "
+                          f"{ex.seconds:.2f} s[/]")
+
+    results = run(releases, scenarios, props, pathlib.Path(out), max_states=max_states,
+                  progress=progress, write_witnesses=witnesses)
+    if as_json:
+        click.echo(json.dumps({"results": [r.as_json() for r in results]}, indent=1))
+        return
+    stdout = _console()
+    for sc in scenarios:
+        table = Table(title=f"scenario {sc.name}", title_justify="left")
+        table.add_column("property", no_wrap=True)
+        for rel in releases:
+            table.add_column(rel.name, no_wrap=True)
+        for p in props:
+            row = [p.name]
+            for rel in releases:
+                r = next(x for x in results if x.scenario == sc.name and x.release == rel.name
+                         and x.property == p.name)
+                row.append(_cell(r))
+            table.add_row(*row)
+        stdout.print(table)
+    files = sorted({r.trace_file for r in results if r.trace_file})
+    if files:
+        stdout.print(f"{len(files)} trace file(s) written under {out}/")
+    stdout.print("(n) = length of the shortest counterexample, or of the shortest path to "
+                 "the good state")
+
+
+@cli.command("scenarios")
+def scenarios_cmd() -> None:
+    """List the built-in scenarios."""
+    table = Table()
+    table.add_column("name")
+    table.add_column("requests (prompt pages)")
+    table.add_column("description")
+    for name in sc_mod.builtin_names():
+        sc = sc_mod.builtin(name)
+        table.add_row(name + (" (default)" if name == sc_mod.DEFAULT else ""),
+                      str(list(sc.prompt_pages)), " ".join(sc.description.split()))
+    _console().print(table)
+
+
+@cli.command("properties")
+def properties_cmd() -> None:
+    """List the property catalog."""
+    table = Table()
+    for col in ("name", "kind", "ref", "statement"):
+        table.add_column(col)
+    for p in props_mod.CATALOG.values():
+        table.add_row(p.name, p.kind, p.ref, p.text)
+    _console().print(table)
+
+
+@cli.command("releases")
+def releases_cmd() -> None:
+    """Show which implementation each release uses at every guard point."""
+    table = Table()
+    table.add_column("guard point")
+    for r in rel_mod.RELEASES.values():
+        table.add_column(r.name)
+    for gp in props_mod.g.GUARD_POINTS:
+        table.add_row(gp, *[getattr(r, gp).__name__ for r in rel_mod.RELEASES.values()])
+    _console().print(table)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    try:
+        cli.main(args=argv, prog_name="reqmodel", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("reqmodel: aborted", err=True)
+        sys.exit(130)
+    except click.exceptions.ClickException as exc:  # usage errors: one line, exit 2
+        click.echo(f"reqmodel: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except _USER_ERRORS as exc:
+        click.echo(f"reqmodel: {exc}", err=True)
+        sys.exit(2)
+    except MemoryError:
+        click.echo("reqmodel: out of memory: the scenario is too large for this machine", err=True)
+        sys.exit(2)
+    sys.exit(0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

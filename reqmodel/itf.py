@@ -1,0 +1,198 @@
+"""Counterexample traces in the Informal Trace Format (ITF, Apalache ADR-015).
+
+A trace file is a JSON object with ``#meta`` (format, source, release,
+scenario and its full configuration, property, engine, timestamp), ``vars``
+and ``states``.  Integers are ``{"#bigint": "..."}``, tuples ``#tup``, maps
+``#map``; records are plain objects; optional values are variants
+``{"tag": "Some"|"None", "value": ...}``.  Each state's ``#meta`` holds its
+index, the action taken to reach it and the action's parameters (request and
+choice), which is all ``read_steps`` needs to replay it.
+"""
+from __future__ import annotations
+
+import datetime
+import enum
+import json
+from typing import Any, Dict, List, Tuple
+
+import attrs
+
+from .actions import BY_NAME, Step
+from .scenario import Scenario
+from .state import State
+
+FORMAT = "ITF"
+FORMAT_DESCRIPTION = "https://apalache-mc.org/docs/adr/015adr-trace.html"
+VARS = ("p", "d", "rooms", "d_pages", "d_slots", "net", "aborted_by_client")
+
+
+class TraceFileError(ValueError):
+    """A trace file that cannot be read; the message is one line for the user."""
+
+
+def big(n: int) -> Dict[str, str]:
+    return {"#bigint": str(int(n))}
+
+
+def encode(value: Any) -> Any:
+    if value is None:
+        return {"tag": "None", "value": {"#tup": []}}
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, enum.Enum):
+        return value.name
+    if isinstance(value, int):
+        return big(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, tuple):
+        return {"#tup": [encode(v) for v in value]}
+    if attrs.has(type(value)):
+        return {f.name: _opt(getattr(value, f.name), f) for f in attrs.fields(type(value))}
+    raise TypeError(f"cannot encode {type(value).__name__} in ITF")
+
+
+def _opt(v: Any, field) -> Any:
+    """Fields typed Optional[...] are variants; others encode directly."""
+    if "Optional" in str(field.type):
+        return {"tag": "None", "value": {"#tup": []}} if v is None else {"tag": "Some", "value": encode(v)}
+    return encode(v)
+
+
+def encode_step(step: Step) -> Dict[str, Any]:
+    return {"rid": big(step.rid), "arg": encode(_plain(step.arg))}
+
+
+def _plain(x):
+    if isinstance(x, (list, tuple)):
+        return tuple(_plain(v) for v in x)
+    return x
+
+
+def decode_plain(value: Any) -> Any:
+    """Decode the ITF values used in step parameters (ints, tuples, lists)."""
+    if isinstance(value, dict):
+        if "#bigint" in value:
+            return int(value["#bigint"])
+        if "#tup" in value:
+            return tuple(decode_plain(v) for v in value["#tup"])
+        raise TraceFileError(f"unsupported ITF value in action parameters: {sorted(value)}")
+    if isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return value
+    if isinstance(value, list):
+        return tuple(decode_plain(v) for v in value)
+    raise TraceFileError(f"unsupported ITF value in action parameters: {value!r}")
+
+
+def scenario_config(sc: Scenario) -> Dict[str, Any]:
+    """The scenario as TOML-shaped data, so a trace replays without its file."""
+    ev = {k: list(v) for k, v in attrs.asdict(sc.events).items()}
+    def worker(w, role):
+        out = {"pool_pages": w.pool_pages, "intake_limit_pages": w.intake_limit_pages,
+               "auto_truncate": w.auto_truncate, "kv_checksum": w.kv_checksum,
+               "metadata_buffers": w.metadata_buffers}
+        if role == "prefill":
+            out["chunk_pages"] = w.chunk_pages
+        else:
+            out.update(radix_cache=w.radix_cache, ranks=w.ranks)
+        return out
+    return {
+        "name": sc.name, "description": sc.description,
+        "prompt_pages": list(sc.prompt_pages),
+        "prefill": worker(sc.prefill, "prefill"), "decode": worker(sc.decode, "decode"),
+        "options": {
+            "optimistic_prefill_attempts": sc.optimistic_prefill_attempts,
+            "deferred_release": "default" if sc.deferred_release is None else sc.deferred_release,
+            "layouts_match": sc.layouts_match, "sessions": sc.sessions,
+            "hybrid_mamba": sc.hybrid_mamba, "result_timing": sc.result_timing,
+        },
+        "events": ev,
+    }
+
+
+def to_itf(trace, scenario: Scenario, engine: str = "exhaustive",
+           violated_at: int = None) -> Dict[str, Any]:
+    states: List[Dict[str, Any]] = []
+    for i, s in enumerate(trace.states):
+        meta: Dict[str, Any] = {"index": i}
+        if i == 0:
+            meta["action"] = "init"
+            meta["params"] = {}
+        else:
+            step = trace.steps[i - 1]
+            meta["action"] = step.action
+            meta["actor"] = BY_NAME[step.action].actor
+            meta["params"] = encode_step(step)
+        if i == len(trace.states) - 1 and trace.violation != "reached":
+            meta["violation"] = trace.property
+        st = {"#meta": meta}
+        for v in VARS:
+            st[v] = encode(getattr(s, v))
+        states.append(st)
+    return {
+        "#meta": {
+            "format": FORMAT,
+            "format-description": FORMAT_DESCRIPTION,
+            "source": "reqmodel",
+            "release": trace.release,
+            "scenario": trace.scenario,
+            "scenario_config": scenario_config(scenario),
+            "property": trace.property,
+            "kind": "witness" if trace.violation == "reached" else "counterexample",
+            "violation": trace.violation,
+            "engine": engine,
+            "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        },
+        "vars": list(VARS),
+        "states": states,
+    }
+
+
+def write(path, trace, scenario: Scenario, engine: str = "exhaustive") -> None:
+    data = to_itf(trace, scenario, engine)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def read(path) -> Tuple[Dict[str, Any], Tuple[Step, ...]]:
+    """Read a trace file: its top-level ``#meta`` and the recorded steps."""
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        raise TraceFileError(f"{path}: no such trace file") from None
+    except json.JSONDecodeError as exc:
+        raise TraceFileError(f"{path}: invalid JSON: {exc.msg} at line {exc.lineno}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceFileError(f"{path}: cannot read: {exc}") from None
+    if not isinstance(data, dict):
+        raise TraceFileError(f"{path}: not an ITF trace (top level is not an object)")
+    for key in ("vars", "states"):
+        if key not in data:
+            raise TraceFileError(f"{path}: not an ITF trace (missing {key!r})")
+    if not isinstance(data["states"], list) or not data["states"]:
+        raise TraceFileError(f"{path}: 'states' must be a non-empty list")
+    meta = data.get("#meta", {})
+    if not isinstance(meta, dict):
+        raise TraceFileError(f"{path}: '#meta' must be an object")
+    steps = []
+    for i, st in enumerate(data["states"][1:], start=1):
+        m = st.get("#meta") if isinstance(st, dict) else None
+        if not isinstance(m, dict) or "action" not in m:
+            raise TraceFileError(f"{path}: state {i} has no '#meta' action")
+        name = m["action"]
+        if name not in BY_NAME:
+            raise TraceFileError(f"{path}: state {i}: unknown action {name!r}")
+        params = m.get("params", {})
+        if not isinstance(params, dict) or "rid" not in params:
+            raise TraceFileError(f"{path}: state {i}: action {name} has no 'rid' parameter")
+        unknown = set(params) - {"rid", "arg"}
+        if unknown:
+            raise TraceFileError(f"{path}: state {i}: unknown parameter {sorted(unknown)[0]!r}")
+        rid = decode_plain(params["rid"])
+        if not isinstance(rid, int) or isinstance(rid, bool):
+            raise TraceFileError(f"{path}: state {i}: 'rid' must be an integer")
+        steps.append(Step(name, rid, decode_plain(params.get("arg", {"#tup": []}))))
+    return meta, tuple(steps)
