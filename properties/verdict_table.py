@@ -1,0 +1,62 @@
+"""The expected verdicts, as data.
+
+``REFERENCE`` is §8 of the modelling reference, cell by cell, with the
+scenario each shortest counterexample needs and the shortest length the
+exhaustive checker finds (pinned, so a change in minimality is a failure).
+``H*`` cells of the reference are ``holds`` here: the latent paths they name
+have no caller in the model either.
+
+``ESTABLISHED`` are cells the reference does not give or where the model,
+read against the released code, disagrees with it; notes/verdicts.md gives the
+evidence for each.  Values: "H" holds, "F<n>" violated with a shortest trace
+of n steps, "-" not applicable, "R<n>" reachable in n steps, "U" unreachable.
+"""
+
+RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+
+# property -> (scenario, [cell per release])
+REFERENCE = {
+    "no-foreign-kv-read": ("incident", ["F25", "H", "H", "H", "H"]),
+    "rejected-never-succeeds": ("incident", ["F11", "H", "H", "H", "H"]),
+    "pending-abort-not-overwritten": ("incident", ["F11", "H", "H", "H", "H"]),
+    "no-late-result-side-effects": ("late-result-unit", ["F9", "H", "H", "H", "H"]),
+    "abort-is-terminal": ("optimistic-abort-unit", ["F14", "H", "H", "H", "H"]),
+    "reject-acquires-nothing": ("incident", ["F2", "F2", "H", "H", "H"]),
+    "release-exactly-once": ("late-result-unit", ["F9", "H", "H", "H", "H"]),
+    "early-retire-runs-cleanup": ("incident", ["-", "-", "H", "H", "H"]),
+    "reentry-not-retired": ("retract-abort", ["-", "-", "H", "H", "H"]),
+    "aborted-not-preallocated": ("decode-reject", ["F3", "F3", "H", "H", "H"]),
+    "valid-request-completes": ("incident", ["R14", "R14", "R14", "R14", "R14"]),
+    "reentry-can-resume": ("retract-abort", ["R17", "R17", "R17", "R17", "R17"]),
+}
+
+# (property, scenario) -> cells: what the model establishes beyond the table
+ESTABLISHED = {
+    # the reference's F on 0.5.19 needs results processed out of the overlap
+    # loop's order; in the loop (pf 19:599-640) it cannot happen
+    ("no-late-result-side-effects", "late-result"): ["H", "H", "H", "H", "H"],
+    ("release-exactly-once", "late-result"): ["H", "H", "H", "H", "H"],
+    ("abort-is-terminal", "optimistic-abort"): ["H", "H", "H", "H", "H"],
+    # both workers reject: 0.5.20 already retires the stub's final result
+    ("rejected-never-succeeds", "both-reject"): ["F11", "H", "H", "H", "H"],
+    ("rejected-never-succeeds", "decode-reject"): ["H", "H", "H", "H", "H"],
+    ("aborted-not-preallocated", "both-reject"): ["F3", "F3", "H", "H", "H"],
+    # auto-truncate with unequal pools: no release compares lengths (#38704)
+    ("no-foreign-kv-read", "auto-truncate"): ["F26", "F26", "F26", "F26", "F26"],
+    # ... the checksum (0.5.21+, both roles) catches it before attention
+    ("no-foreign-kv-read", "auto-truncate-checksum"): ["F26", "F26", "H", "H", "H"],
+    # an abort racing the handoff: decode frees pages a late chunk still writes
+    # (deferral off by default before 0.5.21)
+    ("no-foreign-kv-read", "optimistic-abort-unit"): ["F24", "F24", "H", "H", "H"],
+    ("no-foreign-kv-read", "late-result"): ["H", "H", "H", "H", "H"],
+    ("valid-request-completes", "decode-reject"): ["-", "-", "-", "-", "-"],
+}
+
+# mutant -> (property, scenario, cell): each property that holds on every real
+# release is shown to fail on a deliberately wrong guard
+MUTANT_CELLS = {
+    ("naive-door", "reentry-not-retired", "retract-abort"): "F",
+    ("door-without-cleanup", "early-retire-runs-cleanup", "incident"): "F",
+    ("deny-all", "valid-request-completes", "incident"): "U",
+    ("deny-all", "reentry-can-resume", "retract-abort"): "U",
+}

@@ -1,0 +1,45 @@
+"""Mutant releases: deliberately wrong guard points and cleanups.
+
+A mutant is a release record made with ``attrs.evolve``, the same shape a
+guard proposal takes.  The suite uses them to show that properties which
+hold on every real release can still fail (no vacuous property), and that a
+guard blocking everything fails the reachability checks.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+import attrs
+
+from . import guards as g
+from .releases import R0521, Release
+
+
+def naive_prefill_door(req) -> bool:
+    """Retire whenever a verdict is pending: the fix the write-up warns against."""
+    return g.is_aborted(req)
+
+
+def naive_decode_door(req, is_retracted: bool, is_rebootstrap: bool) -> bool:
+    return g.is_aborted(req)
+
+
+def deny_prefill_door(req) -> bool:
+    return True
+
+
+def deny_decode_door(req, is_retracted: bool, is_rebootstrap: bool) -> bool:
+    return True
+
+
+MUTANTS: Dict[str, Release] = {
+    # retire anything with to_finish at the door, re-entries included
+    "naive-door": attrs.evolve(R0521, name="naive-door", prefill_door=naive_prefill_door,
+                               decode_door=naive_decode_door),
+    # the #38935 doors, but the retire only streams: slot and handle are never released
+    "door-without-cleanup": attrs.evolve(R0521, name="door-without-cleanup",
+                                         retire_cleanup=("promote", "stream")),
+    # a door that refuses service to everyone
+    "deny-all": attrs.evolve(R0521, name="deny-all", prefill_door=deny_prefill_door,
+                             decode_door=deny_decode_door),
+}
