@@ -27,7 +27,7 @@ from .guards import is_aborted
 from .releases import Release
 from .scenario import Scenario
 from .state import (ABORT_400, ABORT_500, LENGTH, DecodeReq, DStage, Finish, KVPoll,
-                    MetaSlot, Msg, Page, PrefillReq, PStage, Room, State)
+                    MetaSlot, Msg, Page, PrefillReq, PStage, Room, State, replace)
 
 
 @attrs.frozen
@@ -103,24 +103,24 @@ def action(actor: str, guard: Callable, choices: Callable = None, event: str = N
 
 
 def set_p(s: State, r: int, **kw) -> State:
-    return attrs.evolve(s, p=s.p[:r] + (attrs.evolve(s.p[r], **kw),) + s.p[r + 1:])
+    return replace(s, p=s.p[:r] + (replace(s.p[r], **kw),) + s.p[r + 1:])
 
 
 def set_d(s: State, r: int, **kw) -> State:
-    return attrs.evolve(s, d=s.d[:r] + (attrs.evolve(s.d[r], **kw),) + s.d[r + 1:])
+    return replace(s, d=s.d[:r] + (replace(s.d[r], **kw),) + s.d[r + 1:])
 
 
 def set_room(s: State, r: int, **kw) -> State:
-    return attrs.evolve(s, rooms=s.rooms[:r] + (attrs.evolve(s.rooms[r], **kw),) + s.rooms[r + 1:])
+    return replace(s, rooms=s.rooms[:r] + (replace(s.rooms[r], **kw),) + s.rooms[r + 1:])
 
 
 def send(s: State, msg: Msg) -> State:
-    return attrs.evolve(s, net=s.net + (msg,))
+    return replace(s, net=s.net + (msg,))
 
 
 def consume(s: State, msg: Msg) -> State:
     i = s.net.index(msg)
-    return attrs.evolve(s, net=s.net[:i] + s.net[i + 1:])
+    return replace(s, net=s.net[:i] + s.net[i + 1:])
 
 
 def room_id(r: int) -> int:
@@ -248,8 +248,10 @@ def _absent_d(c, s, r):
 
 @action("client", guard=_absent_d)
 def d_intake(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """Intake on decode: the same validation against D's own limit, then
-    dispatch to ``DecodePreallocQueue.add`` with ``is_retracted=False``."""
+    """Intake on decode: ``handle_generate_request`` (sch 2586/2724/2749/2820/2943)
+    validates against D's own ``max_req_input_len`` (tp_worker.py 19:542-556),
+    then ``_add_request_to_queue`` (sch 3018/3193/3266/3353/3480) dispatches to
+    ``DecodePreallocQueue.add`` with ``is_retracted=False``."""
     sc = c.scenario
     fields = validate_intake(sc.decode.intake_limit_pages, sc.decode.auto_truncate,
                              sc.prompt_pages[r])
@@ -427,7 +429,8 @@ def _can_forward(c, s, r):
 
 @action("prefill", guard=_can_forward)
 def p_forward(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """P3/P4 ``get_new_batch_prefill`` + forward (overlap scheduler): allocate the
+    """P3/P4 ``get_new_batch_prefill`` (sch 19:3615-3757) + forward (overlap
+    scheduler, pf 19:599-640): allocate the
     chunk's pages and launch it; the result is processed later (P5).  A chunk
     that does not reach the end of the prompt leaves the request as
     ``chunked_req`` (``add_chunked_req``, schedule_policy 19:973)."""
@@ -674,8 +677,8 @@ def xfer_chunk(c: Ctx, s: State, r: int, arg=()) -> Effect:
     dst = room.dst[a:b]
     pages = list(s.d_pages)
     for pg in dst:
-        pages[pg] = attrs.evolve(pages[pg], writer=r)
-    s = attrs.evolve(s, d_pages=tuple(pages))
+        pages[pg] = replace(pages[pg], writer=r)
+    s = replace(s, d_pages=tuple(pages))
     evs = (Event("write", r, "transfer", tuple(dst)),)
     if msg.last:
         slot = room.dst_slot
@@ -684,8 +687,8 @@ def xfer_chunk(c: Ctx, s: State, r: int, arg=()) -> Effect:
             if c.release.checksum and c.scenario.prefill.kv_checksum:
                 checksum = _p_digest(c, s, r)
             slots = list(s.d_slots)
-            slots[slot] = attrs.evolve(slots[slot], room=room_id(r), checksum=checksum)
-            s = attrs.evolve(s, d_slots=tuple(slots))
+            slots[slot] = replace(slots[slot], room=room_id(r), checksum=checksum)
+            s = replace(s, d_slots=tuple(slots))
         final = KVPoll.Success
         if c.release.conclude_transfer and (room.failure_record or room.status == KVPoll.Failed):
             final = KVPoll.Failed
@@ -711,7 +714,8 @@ def _room_can_fail(c, s, r):
 @action("transfer", guard=_room_can_fail, event="transfer_failure")
 def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """A transfer failure reported during the handoff (worker error or a failed
-    batch): ``record_failure``, room Failed, ``(room, Failed)`` sent to D."""
+    batch in the Mooncake ``transfer_worker``, mc 1645/1838/2080/2423/2488):
+    ``record_failure``, room Failed, ``(room, Failed)`` sent to D."""
     s = update_status(c, s, r, KVPoll.Failed)
     s = set_room(s, r, failure_record=True)
     return send(s, Msg("status", r, poll=KVPoll.Failed)), ()
@@ -860,10 +864,10 @@ def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
     slot = s.free_d_slot()
     pages = list(s.d_pages)
     for pg in chosen:
-        pages[pg] = attrs.evolve(pages[pg], owner=r)
+        pages[pg] = replace(pages[pg], owner=r)
     slots = list(s.d_slots)
     slots[slot] = MetaSlot(owner=r, room=0, checksum=slots[slot].checksum)
-    s = attrs.evolve(s, d_pages=tuple(pages), d_slots=tuple(slots))
+    s = replace(s, d_pages=tuple(pages), d_slots=tuple(slots))
     s = set_d(s, r, stage=DStage.TRANSFER, pages=tuple(chosen), prefix_pages=prefix,
               meta_slot=slot)
     s = send(s, Msg("metadata", r, pages=tuple(chosen), slot=slot, checksum=(prefix,)))
@@ -877,11 +881,11 @@ def d_release(s: State, r: int) -> State:
     req = s.d[r]
     pages = list(s.d_pages)
     for pg in req.pages:
-        pages[pg] = attrs.evolve(pages[pg], owner=None)
+        pages[pg] = replace(pages[pg], owner=None)
     slots = list(s.d_slots)
     if req.meta_slot >= 0:
-        slots[req.meta_slot] = attrs.evolve(slots[req.meta_slot], owner=None, room=0)
-    s = attrs.evolve(s, d_pages=tuple(pages), d_slots=tuple(slots))
+        slots[req.meta_slot] = replace(slots[req.meta_slot], owner=None, room=0)
+    s = replace(s, d_pages=tuple(pages), d_slots=tuple(slots))
     return set_d(s, r, pages=(), meta_slot=-1, has_receiver=False)
 
 
@@ -914,7 +918,7 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
             slots = list(s.d_slots)
             cleared = None if c.release.checksum == "suffix" else slot.checksum  # clear_slot
             slots[req.meta_slot] = MetaSlot(owner=None, room=0, checksum=cleared)
-            s = attrs.evolve(s, d_slots=tuple(slots))
+            s = replace(s, d_slots=tuple(slots))
             s = set_d(s, r, stage=DStage.WAITING, meta_slot=-1, expected_checksum=expected,
                       has_receiver=False)
             return s, (Event("commit", r, "decode", ()),)
@@ -1011,7 +1015,7 @@ def d_resume(c: Ctx, s: State, r: int, arg=()) -> Effect:
     pages = list(s.d_pages)
     for pg in chosen:
         pages[pg] = Page(owner=r, writer=r)
-    s = attrs.evolve(s, d_pages=tuple(pages))
+    s = replace(s, d_pages=tuple(pages))
     s = set_d(s, r, stage=DStage.WAITING, pages=tuple(chosen), prefix_pages=0,
               retraction_backup=False, is_retracted=False)
     return s, (Event("acquire", r, "decode", ("kv",)),)
@@ -1040,7 +1044,7 @@ def p_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     for ``process_pending_chunked_abort``; method 3 sets ``to_finish`` on
     requests in the last batch."""
     req = s.p[r]
-    s = attrs.evolve(s, aborted_by_client=s.aborted_by_client[:r] + (True,) + s.aborted_by_client[r + 1:])
+    s = replace(s, aborted_by_client=s.aborted_by_client[:r] + (True,) + s.aborted_by_client[r + 1:])
     evs: Tuple[Event, ...] = ()
     if req.stage is PStage.WAITING:  # method 1
         if c.release.p_waiting_abort_releases_all or req.pending_bootstrap:
@@ -1126,8 +1130,9 @@ def _ack_arrived(c, s, r):
 
 @action("decode", guard=_ack_arrived)
 def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """ABORT_ACK on D (``note_abort_ack``): a held entry is released once the
-    ack arrives (``resolve_deferred_releases`` -> ``_do_release``)."""
+    """ABORT_ACK on D (``note_abort_ack``, mc 19:2173-2180; cc 22:843-875): a held
+    entry is released once the ack arrives (``resolve_deferred_releases`` ->
+    ``_do_release``, dc 2390/2477/2791/2909/3018)."""
     s = consume(s, s.msgs("ack", r)[0])
     if s.d[r].stage is DStage.HELD:
         s = set_d(d_release(s, r), r, stage=DStage.GONE, cache_handle=False, session_slot=False)

@@ -163,7 +163,8 @@ def releases_cmd() -> None:
     for r in rel_mod.RELEASES.values():
         table.add_column(r.name)
     for gp in props_mod.g.GUARD_POINTS:
-        table.add_row(gp, *[getattr(r, gp).__name__ for r in rel_mod.RELEASES.values()])
+        table.add_row(gp, *[getattr(r, gp).__name__.replace(gp + "_", "")
+                            for r in rel_mod.RELEASES.values()])
     _console().print(table)
 
 

@@ -132,11 +132,13 @@ prop(
 )
 
 
-def _released_once(pre, step, evs, post) -> bool:
-    if any(not e.info[1] for e in _events(evs, "release")):
-        return False
-    # and nothing is left owned by a request that is gone with nothing due
-    for r, (p, d) in enumerate(zip(post.p, post.d)):
+def _never_released_unheld(pre, step, evs, post) -> bool:
+    return not any(not e.info[1] for e in _events(evs, "release"))
+
+
+def _nothing_left_behind(s: State) -> bool:
+    """A request that is gone, with no prefill result still due, owns nothing."""
+    for p, d in zip(s.p, s.d):
         if p.stage is PStage.GONE and not p.results_due and (p.holds_kv or p.holds_metadata):
             return False
         if d.stage is DStage.GONE and (d.pages or d.meta_slot >= 0):
@@ -147,7 +149,7 @@ def _released_once(pre, step, evs, post) -> bool:
 prop(
     name="release-exactly-once", kind="always", ref="I11",
     text="KV, Mamba, metadata buffers and cache ownership are released exactly once: never on a non-holder, never left behind by a finished request.",
-    transition=_released_once,
+    state=_nothing_left_behind, transition=_never_released_unheld,
 )
 
 

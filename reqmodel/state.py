@@ -17,7 +17,7 @@ guard proposals (issue #6) can be written with the names a contributor knows.
 from __future__ import annotations
 
 import enum
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import attrs
 
@@ -239,3 +239,16 @@ class State:
 
     def msgs(self, kind: str, rid: int) -> Tuple[Msg, ...]:
         return tuple(m for m in self.net if m.kind == kind and m.rid == rid)
+
+
+_FIELDS: Dict[type, Tuple[str, ...]] = {}
+
+
+def replace(obj, **changes):
+    """``attrs.evolve`` for the state's frozen classes, without its generic
+    per-call introspection (the explorer calls it millions of times)."""
+    cls = type(obj)
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in attrs.fields(cls))
+    return cls(*[changes[n] if n in changes else getattr(obj, n) for n in names])

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
-from .state import Msg, Page, State
+from .state import Msg, Page, State, replace
 
 
 def _rename_rid(x, pi: Sequence[int]):
@@ -46,10 +46,10 @@ def _request_signature(s: State, r: int) -> Tuple:
                   m.poll) for m in s.net if m.rid == r)
     return (
         attrs.astuple(s.p[r], recurse=False),
-        attrs.evolve(d, pages=(), meta_slot=-1 if d.meta_slot < 0 else 0,
+        replace(d, pages=(), meta_slot=-1 if d.meta_slot < 0 else 0,
                      expected_checksum=_rename_checksum(d.expected_checksum, [0] * len(s.p))),
         pages,
-        attrs.evolve(room, dst=None, dst_slot=-1 if room.dst_slot < 0 else 0),
+        replace(room, dst=None, dst_slot=-1 if room.dst_slot < 0 else 0),
         dst, msgs, s.aborted_by_client[r],
     )
 
@@ -153,14 +153,14 @@ def _permute_requests(s: State, pi: List[int]) -> State:
     inv = [0] * n
     for old, new in enumerate(pi):
         inv[new] = old
-    d = tuple(attrs.evolve(s.d[inv[i]], expected_checksum=_rename_checksum(
+    d = tuple(replace(s.d[inv[i]], expected_checksum=_rename_checksum(
         s.d[inv[i]].expected_checksum, pi)) for i in range(n))
     pages = tuple(Page(owner=_rename_rid(pg.owner, pi), writer=_rename_rid(pg.writer, pi))
                   for pg in s.d_pages)
-    slots = tuple(attrs.evolve(sl, owner=_rename_rid(sl.owner, pi),
+    slots = tuple(replace(sl, owner=_rename_rid(sl.owner, pi),
                                room=0 if sl.room == 0 else pi[sl.room - 1] + 1,
                                checksum=_rename_checksum(sl.checksum, pi)) for sl in s.d_slots)
-    net = tuple(sorted((attrs.evolve(m, rid=pi[m.rid]) for m in s.net),
+    net = tuple(sorted((replace(m, rid=pi[m.rid]) for m in s.net),
                        key=_msg_order))
     # stable sort by rid keeps each room's chunk order; re-sort is canonical
     return State(
@@ -181,16 +181,16 @@ def _relabel(s: State, page_map: Dict[int, int], slot_map: Dict[int, int]) -> St
     slots = [None] * len(s.d_slots)
     for old, new in slot_map.items():
         slots[new] = s.d_slots[old]
-    d = tuple(attrs.evolve(x, pages=tuple(page_map[p] for p in x.pages),
+    d = tuple(replace(x, pages=tuple(page_map[p] for p in x.pages),
                            meta_slot=slot_map[x.meta_slot] if x.meta_slot >= 0 else -1)
               for x in s.d)
-    rooms = tuple(attrs.evolve(rm, dst=None if rm.dst is None else tuple(page_map[p] for p in rm.dst),
+    rooms = tuple(replace(rm, dst=None if rm.dst is None else tuple(page_map[p] for p in rm.dst),
                                dst_slot=slot_map[rm.dst_slot] if rm.dst_slot >= 0 else -1)
                   for rm in s.rooms)
-    net = tuple(attrs.evolve(m, pages=tuple(page_map[p] for p in m.pages),
+    net = tuple(replace(m, pages=tuple(page_map[p] for p in m.pages),
                              slot=slot_map[m.slot] if m.slot >= 0 else -1)
                 if m.kind == "metadata" else m for m in s.net)
-    return attrs.evolve(s, d=d, rooms=rooms, d_pages=tuple(pages), d_slots=tuple(slots), net=net)
+    return replace(s, d=d, rooms=rooms, d_pages=tuple(pages), d_slots=tuple(slots), net=net)
 
 
 def _msg_order(m: Msg):
@@ -203,4 +203,4 @@ def _msg_order(m: Msg):
 def canonical_net_order(s: State) -> State:
     """Messages of different channels commute; keep each channel's order."""
     net = tuple(sorted(s.net, key=_msg_order))
-    return s if net == s.net else attrs.evolve(s, net=net)
+    return s if net == s.net else replace(s, net=net)

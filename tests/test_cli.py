@@ -1,0 +1,71 @@
+"""The command line, run as a user runs it: exit codes, JSON, one-line errors."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def run(*args, cwd):
+    return subprocess.run([sys.executable, "-c", "from reqmodel.cli import main; main()", *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def test_default_check_reports_the_incident(tmp_path):
+    r = run("check", "--release", "all", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "scenario incident" in r.stdout
+    line = next(l for l in r.stdout.splitlines() if "no-foreign-kv-read" in l)
+    cells = [c.strip() for c in line.strip("│┃ ").split("│")]
+    assert cells[1].startswith("violated (25)")
+    assert all(c == "holds" for c in cells[2:])
+    assert (tmp_path / "counterexamples/0.5.19/no-foreign-kv-read-incident.itf.json").exists()
+
+
+def test_json_output_schema(tmp_path):
+    r = run("check", "--release", "0.5.19,0.5.21", "--property", "no-foreign-kv-read",
+            "--property", "valid-request-completes", "--json", "--out", "cx", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    rows = data["results"]
+    assert len(rows) == 4
+    keys = {"release", "scenario", "property", "verdict", "trace_length", "trace_file",
+            "states", "seconds"}
+    for row in rows:
+        assert set(row) == keys
+        assert row["verdict"] in ("holds", "violated", "not-applicable")
+    v19 = next(r for r in rows if r["release"] == "0.5.19" and r["property"] == "no-foreign-kv-read")
+    assert v19["verdict"] == "violated" and v19["trace_length"] == 25
+    assert (tmp_path / v19["trace_file"]).exists()
+    reach = next(r for r in rows if r["release"] == "0.5.21" and r["property"] == "valid-request-completes")
+    assert reach["verdict"] == "holds" and reach["trace_length"] == 14
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["check", "--release", "0.5.99"], "unknown release '0.5.99'"),
+    (["check", "--scenario", "nope"], "unknown scenario 'nope'"),
+    (["check", "--property", "no-such"], "unknown property 'no-such'"),
+    (["check", "--scenario-file", "missing.toml"], "no such scenario file"),
+    (["check", "--frobnicate"], "No such option"),
+    (["check", "--max-states", "10"], "more than 10 distinct states"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
+    r = run(*args, cwd=tmp_path)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and fragment in lines[0]
+
+
+def test_malformed_scenario_file(tmp_path):
+    (tmp_path / "bad.toml").write_text('name = "x"\nprompt_pages = [1]\n[prefill]\npool_pages = 1\n')
+    r = run("check", "--scenario-file", "bad.toml", cwd=tmp_path)
+    assert r.returncode == 2 and "[decode] table is required" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_listing_commands(tmp_path):
+    for cmd, expect in (("scenarios", "incident"), ("properties", "no-foreign-kv-read"),
+                        ("releases", "unadmitted_reject")):
+        r = run(cmd, cwd=tmp_path)
+        assert r.returncode == 0 and expect in r.stdout

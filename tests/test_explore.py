@@ -1,0 +1,170 @@
+"""The explorer: symmetry reduction is sound, counterexamples are shortest and replay."""
+import random
+
+import networkx as nx
+import pytest
+
+from reqmodel import actions, explore, properties, releases, scenario, symmetry
+from reqmodel.scenario import from_dict
+
+SYMMETRIC = from_dict({
+    "name": "twins", "prompt_pages": [2, 2],
+    "prefill": {"pool_pages": 1}, "decode": {"pool_pages": 3},
+    "options": {"sessions": True},
+})
+
+SMALL = ["incident", "decode-reject", "late-result-unit", "retract-abort"]
+
+
+def cells(ex):
+    return {n: (v.verdict, v.trace_length) for n, v in ex.verdicts.items()}
+
+
+@pytest.mark.parametrize("release", ["0.5.19", "0.5.21"])
+@pytest.mark.parametrize("sc", [SYMMETRIC] + [scenario.builtin(n) for n in SMALL],
+                         ids=lambda s: s.name)
+def test_symmetry_reduction_keeps_verdicts_and_lengths(sc, release):
+    rel = releases.get(release)
+    props = properties.select([])
+    reduced = explore.explore(rel, sc, props, stop_early=False, keep_graph=False)
+    full = explore.explore(rel, sc, props, stop_early=False, keep_graph=False, symmetry=False)
+    assert cells(reduced) == cells(full)
+    assert reduced.states <= full.states
+
+
+def test_symmetry_reduction_merges_states():
+    rel = releases.get("0.5.19")
+    reduced = explore.explore(rel, SYMMETRIC, properties.select([]), stop_early=False)
+    full = explore.explore(rel, SYMMETRIC, properties.select([]), stop_early=False, symmetry=False)
+    assert reduced.states < full.states / 2
+
+
+def _random_relabel(s, rng):
+    n = len(s.p)
+    classes = tuple(SYMMETRIC.prompt_pages)
+    pi = list(range(n))
+    rng.shuffle(pi)  # both requests have the same prompt: any permutation is a symmetry
+    s = symmetry._permute_requests(s, pi)
+    pages = list(range(len(s.d_pages)))
+    rng.shuffle(pages)
+    slots = list(range(len(s.d_slots)))
+    rng.shuffle(slots)
+    return symmetry._relabel(s, dict(enumerate(pages)), dict(enumerate(slots)))
+
+
+def test_canonical_form_is_orbit_invariant():
+    rng = random.Random(7)
+    rel = releases.get("0.5.19")
+    ex = explore.explore(rel, SYMMETRIC, properties.select([]), stop_early=False,
+                         symmetry=False, keep_graph=False)
+    ctx = actions.Ctx(rel, SYMMETRIC)
+    # walk random paths and compare the canonical forms of relabelled states
+    classes = tuple(SYMMETRIC.prompt_pages)
+    checked = 0
+    for _ in range(60):
+        s = actions.initial_state(SYMMETRIC)
+        for _ in range(rng.randint(1, 30)):
+            succ = list(actions.successors(ctx, s))
+            if not succ:
+                break
+            s = rng.choice(succ)[1]
+            twin = _random_relabel(s, rng)
+            assert symmetry.canonical(twin, classes) == symmetry.canonical(s, classes)
+            checked += 1
+    assert checked > 200
+
+
+@pytest.mark.parametrize("release", ["0.5.19", "0.5.20", "0.5.21"])
+@pytest.mark.parametrize("name", SMALL)
+def test_counterexamples_are_shortest(name, release):
+    """Against an independent search: BFS distances on the unreduced graph."""
+    sc = scenario.builtin(name)
+    rel = releases.get(release)
+    props = properties.select([])
+    reduced = explore.explore(rel, sc, props, keep_graph=False)
+    full = explore.explore(rel, sc, props, stop_early=False, symmetry=False, keep_graph=True)
+    ctx = actions.Ctx(rel, sc)
+    # rebuild concrete states of the unreduced graph to evaluate predicates on them
+    dist = nx.single_source_shortest_path_length(full.graph, 0)
+    states = _states_by_id(ctx, full.graph)
+    for p in props:
+        v = reduced.verdicts[p.name]
+        if v.verdict == "not-applicable":
+            continue
+        best = None
+        for u, d in dist.items():
+            s = states[u]
+            if p.kind == "sometimes" or p.state:
+                good = p.holds_in(s)
+                if (p.kind == "sometimes" and good) or (p.kind == "always" and not good):
+                    best = d if best is None else min(best, d)
+            if p.kind == "always" and p.transition:
+                for step, nxt, evs in actions.successors(ctx, s):
+                    if not p.holds_on(s, step, evs, nxt):
+                        best = d + 1 if best is None else min(best, d + 1)
+        if p.kind == "always":
+            assert (v.verdict == "violated") == (best is not None), p.name
+        else:
+            assert (v.verdict == "holds") == (best is not None), p.name
+        if best is not None:
+            assert v.trace_length == best, p.name
+
+
+def _states_by_id(ctx, graph):
+    """Recover the concrete state of every node by walking the graph's edges."""
+    states = {0: actions.initial_state(ctx.scenario)}
+    for u, v in nx.bfs_edges(graph, 0):
+        step = graph.edges[u, v]["step"]
+        states[v] = actions.apply(ctx, states[u], step)[0]
+    return states
+
+
+@pytest.mark.parametrize("release", list(releases.RELEASES))
+@pytest.mark.parametrize("name", ["incident", "late-result-unit", "decode-reject", "retract-abort"])
+def test_every_trace_replays_to_its_verdict(name, release):
+    sc = scenario.builtin(name)
+    rel = releases.get(release)
+    ex = explore.explore(rel, sc, properties.select([]), keep_graph=False)
+    for v in ex.verdicts.values():
+        if v.trace is None:
+            continue
+        states, events, disabled = explore.replay(rel, sc, v.trace.steps)
+        assert disabled is None
+        assert states[-1] == v.trace.states[-1]
+        p = properties.CATALOG[v.property]
+        if p.kind == "sometimes":
+            assert p.holds_in(states[-1])
+        else:
+            broke_state = not p.holds_in(states[-1])
+            broke_step = not p.holds_on(states[-2], v.trace.steps[-1], events[-1], states[-1])
+            assert broke_state or broke_step
+            # and nothing before the last step broke it (the trace is a first violation)
+            for i in range(len(v.trace.steps) - 1):
+                assert p.holds_in(states[i + 1])
+                assert p.holds_on(states[i], v.trace.steps[i], events[i], states[i + 1])
+
+
+def test_stop_early_agrees_with_exhaustion():
+    sc = scenario.builtin("incident")
+    for rel in releases.RELEASES.values():
+        a = explore.explore(rel, sc, properties.select([]))
+        b = explore.explore(rel, sc, properties.select([]), stop_early=False)
+        assert cells(a) == cells(b)
+        assert b.complete
+
+
+def test_bound_is_enforced():
+    with pytest.raises(explore.BoundExceeded, match="more than 50 distinct states"):
+        explore.explore(releases.get("0.5.19"), scenario.builtin("incident"),
+                        properties.select([]), max_states=50, stop_early=False)
+
+
+def test_replay_reports_the_first_disabled_step():
+    sc = scenario.builtin("incident")
+    rel19, rel21 = releases.get("0.5.19"), releases.get("0.5.21")
+    trace = explore.explore(rel19, sc, properties.select(["no-foreign-kv-read"])).verdicts[
+        "no-foreign-kv-read"].trace
+    _, _, disabled = explore.replay(rel21, sc, trace.steps)
+    # on 0.5.21 the prefill door retires request 0, so its bootstrap cannot happen
+    assert disabled is not None
+    assert trace.steps[disabled].rid == 0

@@ -1,0 +1,73 @@
+"""ITF export: structure, encodings, and the steps read back for replay."""
+import json
+
+import pytest
+
+from reqmodel import explore, itf, properties, releases, scenario
+
+
+@pytest.fixture(scope="module")
+def trace_file(tmp_path_factory):
+    sc = scenario.builtin("incident")
+    ex = explore.explore(releases.get("0.5.19"), sc, properties.select(["no-foreign-kv-read"]))
+    t = ex.verdicts["no-foreign-kv-read"].trace
+    path = tmp_path_factory.mktemp("itf") / "0.5.19" / "no-foreign-kv-read-incident.itf.json"
+    itf.write(path, t, sc)
+    return path, t
+
+
+def _walk(value):
+    if isinstance(value, dict):
+        yield value
+        for v in value.values():
+            yield from _walk(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _walk(v)
+
+
+def test_itf_structure(trace_file):
+    path, t = trace_file
+    data = json.loads(path.read_text())
+    meta = data["#meta"]
+    for key in ("format", "source", "release", "scenario", "property", "engine", "timestamp"):
+        assert key in meta
+    assert meta["format"] == "ITF" and meta["release"] == "0.5.19"
+    assert data["vars"] == list(itf.VARS)
+    assert len(data["states"]) == len(t) + 1
+    for i, st in enumerate(data["states"]):
+        assert st["#meta"]["index"] == i
+        assert set(itf.VARS) <= set(st)
+    assert data["states"][-1]["#meta"]["violation"] == "no-foreign-kv-read"
+    # no bare JSON integer anywhere: every int is a #bigint
+    for node in _walk([{k: v for k, v in st.items() if k != "#meta"} for st in data["states"]]):
+        for v in node.values():
+            assert not (isinstance(v, int) and not isinstance(v, bool))
+
+
+def test_steps_round_trip(trace_file):
+    path, t = trace_file
+    meta, steps = itf.read(path)
+    assert steps == t.steps
+    sc = scenario.from_dict(meta["scenario_config"])
+    states, _, disabled = explore.replay(releases.get(meta["release"]), sc, steps)
+    assert disabled is None and states[-1] == t.states[-1]
+
+
+@pytest.mark.parametrize("content,message", [
+    ("{not json", "invalid JSON"),
+    ("[1, 2]", "top level is not an object"),
+    ('{"vars": []}', "missing 'states'"),
+    ('{"vars": [], "states": []}', "non-empty"),
+    ('{"vars": [], "states": [{}, {"#meta": {"action": "teleport", "params": {"rid": {"#bigint": "0"}}}}]}',
+     "unknown action 'teleport'"),
+    ('{"vars": [], "states": [{}, {"#meta": {"action": "p_door", "params": {"rid": {"#bigint": "0"}, "page": 1}}}]}',
+     "unknown parameter 'page'"),
+    ('{"vars": [], "states": [{}, {"#meta": {"action": "p_door", "params": {}}}]}', "no 'rid'"),
+])
+def test_malformed_trace_files(tmp_path, content, message):
+    p = tmp_path / "t.itf.json"
+    p.write_text(content)
+    with pytest.raises(itf.TraceFileError) as exc:
+        itf.read(p)
+    assert message in str(exc.value) and "\n" not in str(exc.value)

@@ -1,0 +1,120 @@
+"""Scenario loading: built-ins, TOML files, and one-line refusals."""
+import pytest
+
+from reqmodel import scenario
+from reqmodel.scenario import ScenarioError
+
+
+def write(tmp_path, text):
+    p = tmp_path / "s.toml"
+    p.write_text(text)
+    return str(p)
+
+
+MINIMAL = """
+name = "m"
+prompt_pages = [2, 1]
+[prefill]
+pool_pages = 2
+[decode]
+pool_pages = 3
+"""
+
+
+def test_every_builtin_loads_and_the_default_is_the_incident():
+    names = scenario.builtin_names()
+    assert scenario.DEFAULT in names
+    for name in names:
+        sc = scenario.builtin(name)
+        assert sc.name == name
+        assert sc.description
+    inc = scenario.builtin("incident")
+    # the incident: fits decode's pool, not prefill's
+    assert inc.prompt_pages[0] > inc.prefill.intake_limit_pages
+    assert inc.prompt_pages[0] <= inc.decode.intake_limit_pages
+
+
+def test_issue_schema_keys_are_accepted(tmp_path):
+    text = """
+name = "incident"
+prompt_pages = [3, 1]
+[prefill]
+pool_pages = 2
+intake_limit_pages = 2
+auto_truncate = false
+kv_checksum = false
+[decode]
+pool_pages = 4
+auto_truncate = false
+kv_checksum = false
+radix_cache = false
+ranks = 1
+[options]
+optimistic_prefill_attempts = 0
+deferred_release = "default"
+layouts_match = true
+[events]
+client_abort = false
+retract = false
+preempt = false
+transfer_failure = false
+timeouts = false
+"""
+    sc = scenario.load_file(write(tmp_path, text))
+    assert sc.prompt_pages == (3, 1)
+    assert sc.deferred_release is None
+    assert sc.prefill.intake_limit_pages == 2
+
+
+def test_intake_limit_defaults_to_the_pool(tmp_path):
+    sc = scenario.load_file(write(tmp_path, MINIMAL))
+    assert sc.prefill.intake_limit_pages == 2 and sc.decode.intake_limit_pages == 3
+
+
+def test_events_accept_request_lists(tmp_path):
+    sc = scenario.load_file(write(tmp_path, MINIMAL + "[events]\nclient_abort = [1]\nretract = true\n"))
+    assert sc.events.client_abort == (1,)
+    assert sc.events.retract == (0, 1)
+    assert sc.events.on("client_abort", 1) and not sc.events.on("client_abort", 0)
+
+
+@pytest.mark.parametrize("extra,message", [
+    ("[decode.x]\n", "unknown key"),
+    ("colour = 1\n", "unknown key 'colour'"),
+    ("[options]\nresult_timing = \"soon\"\n", "result_timing"),
+    ("[options]\ndeferred_release = \"maybe\"\n", "deferred_release"),
+    ("[events]\nclient_abort = [7]\n", "request 7 does not exist"),
+    ("[events]\nclient_abort = \"yes\"\n", "client_abort must be"),
+    ("[events]\npreempt = true\n", "preempt"),
+])
+def test_bad_scenarios_are_refused_in_one_line(tmp_path, extra, message):
+    text = MINIMAL + extra if not extra.startswith("colour") else extra + MINIMAL
+    with pytest.raises(ScenarioError) as exc:
+        scenario.load_file(write(tmp_path, text))
+    assert message in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("name = 'x'\n", "prompt_pages"),
+    ("name = 'x'\nprompt_pages = [1]\n[prefill]\npool_pages = 2\n", "[decode] table is required"),
+    ("name = 'x'\nprompt_pages = [1]\n[prefill]\npool_pages = 99\n[decode]\npool_pages = 2\n", "pool_pages must be"),
+    ("name = 'x'\nprompt_pages = [1]\n[prefill]\npool_pages = 2\nintake_limit_pages = 3\n[decode]\npool_pages = 2\n", "intake_limit_pages"),
+    ("name = 'x'\nprompt_pages = [1]\n[prefill]\npool_pages = true\n[decode]\npool_pages = 2\n", "must be an integer"),
+    ("name = 'x'\nprompt_pages = [1]\n[prefill]\npool_pages = 2\n[decode]\npool_pages = 2\nranks = 2\n", "ranks"),
+    ("name = 'x'\nprompt_pages = [1, 1, 1, 1, 1]\n[prefill]\npool_pages = 2\n[decode]\npool_pages = 2\n", "bounded"),
+    ("name = 'x'\nprompt_pages = [8, 8, 8, 8]\n[prefill]\npool_pages = 8\n[decode]\npool_pages = 8\n[events]\nclient_abort = true\n", "too large"),
+    ("name = ", "invalid TOML"),
+])
+def test_malformed_and_oversized_files(tmp_path, text, message):
+    with pytest.raises(ScenarioError) as exc:
+        scenario.load_file(write(tmp_path, text))
+    assert message in str(exc.value)
+    assert "\n" not in str(exc.value)
+
+
+def test_missing_file_and_unknown_builtin():
+    with pytest.raises(ScenarioError, match="no such scenario file"):
+        scenario.load_file("/nonexistent/s.toml")
+    with pytest.raises(ScenarioError, match="unknown scenario 'nope'"):
+        scenario.builtin("nope")
