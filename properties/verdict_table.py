@@ -50,6 +50,11 @@ ESTABLISHED = {
     ("no-foreign-kv-read", "optimistic-abort-unit"): ["F24", "F24", "H", "H", "H"],
     ("no-foreign-kv-read", "late-result"): ["H", "H", "H", "H", "H"],
     ("valid-request-completes", "decode-reject"): ["-", "-", "-", "-", "-"],
+    # R2 pause-retract of a request with a pending method-3 abort: the door is
+    # skipped on is_rebootstrap and D2 reads only finished_reason (all releases)
+    ("aborted-not-preallocated", "pause-abort"): ["F16", "F16", "F16", "F16", "F16"],
+    ("reentry-not-retired", "pause-abort"): ["-", "-", "H", "H", "H"],
+    ("reentry-can-resume", "pause-abort"): ["R26", "R26", "R26", "R26", "R26"],
 }
 
 # mutant -> (property, scenario, cell): each property that holds on every real

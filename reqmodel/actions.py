@@ -756,7 +756,8 @@ def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     req = s.d[r]
     rel = c.release
     is_retracted = req.door_flag == "retracted"
-    if rel.decode_door(req, is_retracted, False):
+    is_rebootstrap = req.door_flag == "rebootstrap"
+    if rel.decode_door(req, is_retracted, is_rebootstrap):
         reentering = is_retracted or req.holds_kv or req.retraction_backup
         s = set_d(s, r, stage=DStage.GONE, door_flag=None,
                   **run_retire_cleanup(c, req, rel.retire_cleanup))
@@ -837,7 +838,7 @@ def _prealloc_need(c: Ctx, req: DecodeReq, prefix: int) -> int:
 
 def _prealloc_choices(c, s, r):
     req = s.d[r]
-    prefixes = (0, 1) if (c.scenario.decode.radix_cache and req.origin_pages >= 2) else (0,)
+    prefixes = (0, 1) if _radix_hit_possible(c, req) else (0,)
     out = []
     for prefix in prefixes:
         for pages in page_choices(s, _prealloc_need(c, req, prefix)):
@@ -849,8 +850,14 @@ def _can_prealloc(c, s, r):
     req = s.d[r]
     return (req.stage is DStage.PREALLOC and not _prealloc_drop(c, s, r)
             and req.receiver_state == KVPoll.WaitingForInput and s.free_d_slot() >= 0
-            and len(s.free_d_pages()) >= _prealloc_need(c, req, 1 if (
-                c.scenario.decode.radix_cache and req.origin_pages >= 2) else 0))
+            and len(s.free_d_pages()) >= _prealloc_need(c, req, 1 if _radix_hit_possible(c, req)
+                                                        else 0))
+
+
+def _radix_hit_possible(c: Ctx, req: DecodeReq) -> bool:
+    """A decode prefix hit needs the decode radix cache, which a rebootstrap
+    never uses (dc 21:1400-1403)."""
+    return c.scenario.decode.radix_cache and req.origin_pages >= 2 and not req.rebootstrap
 
 
 @action("decode", guard=_can_prealloc, choices=_prealloc_choices)
@@ -871,6 +878,8 @@ def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = set_d(s, r, stage=DStage.TRANSFER, pages=tuple(chosen), prefix_pages=prefix,
               meta_slot=slot)
     s = send(s, Msg("metadata", r, pages=tuple(chosen), slot=slot, checksum=(prefix,)))
+    if req.rebootstrap:  # submit_prefill_recompute (dc 21:1748-1752)
+        s = send(s, Msg("recompute", r))
     return s, (Event("prealloc", r, "decode", (is_aborted(req),)),
                Event("acquire", r, "decode", ("kv",)))
 
@@ -920,7 +929,7 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
             slots[req.meta_slot] = MetaSlot(owner=None, room=0, checksum=cleared)
             s = replace(s, d_slots=tuple(slots))
             s = set_d(s, r, stage=DStage.WAITING, meta_slot=-1, expected_checksum=expected,
-                      has_receiver=False)
+                      has_receiver=False, is_retracted=False, rebootstrap=False)
             return s, (Event("commit", r, "decode", ()),)
         s = set_d(d_release(s, r), r, stage=DStage.GONE, finished_reason=refused,
                   cache_handle=False, session_slot=False)
@@ -1019,6 +1028,45 @@ def d_resume(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = set_d(s, r, stage=DStage.WAITING, pages=tuple(chosen), prefix_pages=0,
               retraction_backup=False, is_retracted=False)
     return s, (Event("acquire", r, "decode", ("kv",)),)
+
+
+def _pausable(c, s, r):
+    return s.d[r].stage is DStage.RUNNING and not s.d[r].was_retracted
+
+
+@action("decode", guard=_pausable, event="preempt")
+def d_pause_retract(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """R2 ``pause_generation(mode="retract")`` (sch 5180/5437/5655/5690/5908):
+    ``retract_all(offload_kv=False)`` frees the KV without a host backup and
+    ``reset_for_retract`` sets ``is_retracted``; ``hold_rebootstrap`` then, on
+    resume, ``enqueue_held_rebootstrap`` -> ``add(is_rebootstrap=True)``
+    (dc 19:712-730, 21:848-867).  Neither checks a pending ``to_finish``."""
+    s = d_release(s, r)
+    s = set_d(s, r, stage=DStage.DOOR, door_flag="rebootstrap", is_retracted=True,
+              rebootstrap=True, was_retracted=True, read_foreign=False)
+    return s, (Event("release", r, "decode", ("kv", True)),)
+
+
+def _recompute_requested(c, s, r):
+    return bool(s.msgs("recompute", r)) and s.p[r].stage is PStage.GONE and not s.p[r].results_due
+
+
+@action("prefill", guard=_recompute_requested)
+def p_recompute(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """Prefill receives decode's ``submit_prefill_recompute`` payload
+    (``build_rebootstrap_payload``, dc 21:1748-1752): a new prefill ``Req`` for
+    the same room, validated at P's intake like any request and dispatched to
+    the bootstrap door (sch 2586/2724/2749/2820/2943)."""
+    s = consume(s, s.msgs("recompute", r)[0])
+    sc = c.scenario
+    old = s.p[r]
+    fields = validate_intake(sc.prefill.intake_limit_pages, sc.prefill.auto_truncate,
+                             s.d[r].origin_pages)
+    fresh = PrefillReq(stage=PStage.DOOR, session_slot=sc.sessions,
+                       cache_handle=c.release.has_cache_handle,
+                       requeues_left=sc.optimistic_prefill_attempts, answer=old.answer,
+                       **{**fields, "rejected": old.rejected or fields.get("rejected", False)})
+    return attrs.evolve(s, p=s.p[:r] + (fresh,) + s.p[r + 1:]), ()
 
 
 # ================================================================ client aborts

@@ -34,7 +34,9 @@ class BoundExceeded(RuntimeError):
     """The scenario's reachable space is larger than the configured bound."""
 
 
-DEFAULT_MAX_STATES = 2_000_000
+# ~0.6 KB a state without the graph, ~2.1 KB with it (notes/performance.md):
+# 1.5M states stay under 4 GB either way.
+DEFAULT_MAX_STATES = 1_500_000
 
 
 @attrs.frozen

@@ -204,9 +204,9 @@ prop(
 
 prop(
     name="reentry-can-resume", kind="sometimes", ref="R2",
-    text="Some path retracts a request on decode, resumes it and serves it a 200 from its own pages.",
+    text="Some path retracts (or pause-retracts) a request on decode, brings it back and serves it a 200 from its own pages.",
     state=lambda s: any(d.was_retracted and d.answer == 200 and d.own_data for d in s.d),
-    applies=lambda rel, sc: sc.events.any("retract"),
+    applies=lambda rel, sc: sc.events.any("retract") or sc.events.any("preempt"),
 )
 
 SAFETY = tuple(p for p in CATALOG.values() if p.kind == "always")

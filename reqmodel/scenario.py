@@ -193,11 +193,6 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>") -> Scenario:
         raise ScenarioError("[events] must be a table")
     _check_keys("events.", events, _EVENTS)
     ev = Events(**{k: _event_targets(k, events.get(k, False), len(prompts)) for k in _EVENTS})
-    if ev.preempt:
-        raise ScenarioError(
-            "events.preempt: priority preemption (R3) does not occur in PD mode and the "
-            "decode pause-retract rebootstrap (R2) is not modelled yet (issue #3); "
-            "set preempt = false")
     sc = Scenario(
         name=name,
         description=_get("", data, "description", str, ""),

@@ -131,7 +131,8 @@ class DecodeReq:
     to_finish: Optional[Finish] = None
     finished_reason: Optional[Finish] = None
     is_retracted: bool = False
-    door_flag: Optional[str] = None  # caller intent at the door: "retracted" | None
+    door_flag: Optional[str] = None  # caller intent at the door: "retracted" | "rebootstrap"
+    rebootstrap: bool = False  # pd_rebootstrap_in_progress / DecodeRequest.is_rebootstrap
     has_receiver: bool = False
     receiver_state: Optional[KVPoll] = None  # the receiver's latched poll state
     pages: Tuple[int, ...] = ()  # D pages of the handoff range (kv row)

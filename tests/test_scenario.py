@@ -85,7 +85,7 @@ def test_events_accept_request_lists(tmp_path):
     ("[options]\ndeferred_release = \"maybe\"\n", "deferred_release"),
     ("[events]\nclient_abort = [7]\n", "request 7 does not exist"),
     ("[events]\nclient_abort = \"yes\"\n", "client_abort must be"),
-    ("[events]\npreempt = true\n", "preempt"),
+    
 ])
 def test_bad_scenarios_are_refused_in_one_line(tmp_path, extra, message):
     text = MINIMAL + extra if not extra.startswith("colour") else extra + MINIMAL
