@@ -46,3 +46,12 @@ def test_guards_do_not_mutate_and_effects_are_pure():
     before = hash(s)
     list(actions.successors(ctx, s))
     assert hash(s) == before
+
+
+def test_traceability_table_lists_exactly_the_actions():
+    import pathlib
+    import re as _re
+    text = (pathlib.Path(__file__).parent.parent / "notes" / "traceability.md").read_text()
+    section = text.split("## Actions", 1)[1].split("##", 1)[0]
+    listed = set(_re.findall(r"^\| `(\w+)` \|", section, flags=_re.M))
+    assert listed == set(actions.BY_NAME)
