@@ -71,6 +71,7 @@ class Action:
     effect: Callable
     choices: Optional[Callable[[Ctx, State, int], Iterable[Tuple]]] = None
     event_flag: Optional[str] = None  # scenario.events flag that enables it
+    arg_names: Tuple[str, ...] = ()  # names of the choice's components, for traces
 
     @property
     def doc(self) -> str:
@@ -89,10 +90,11 @@ ACTIONS: List[Action] = []
 BY_NAME: Dict[str, Action] = {}
 
 
-def action(actor: str, guard: Callable, choices: Callable = None, event: str = None):
+def action(actor: str, guard: Callable, choices: Callable = None, event: str = None,
+           arg_names: Tuple[str, ...] = ()):
     """Register an action: ``guard(ctx, s, rid) -> bool`` first, effect below."""
     def deco(fn):
-        a = Action(fn.__name__, actor, guard, fn, choices, event)
+        a = Action(fn.__name__, actor, guard, fn, choices, event, tuple(arg_names))
         ACTIONS.append(a)
         BY_NAME[a.name] = a
         return fn
@@ -860,7 +862,8 @@ def _radix_hit_possible(c: Ctx, req: DecodeReq) -> bool:
     return c.scenario.decode.radix_cache and req.origin_pages >= 2 and not req.rebootstrap
 
 
-@action("decode", guard=_can_prealloc, choices=_prealloc_choices)
+@action("decode", guard=_can_prealloc, choices=_prealloc_choices,
+        arg_names=("prefix", "pages"))
 def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """D2 ``pop_preallocated`` (dc 1080/1096/1231/1303/1333): ``_pre_alloc``
     (dc 1755/1811/2060/2166/2237) for D's own ``len(origin_input_ids)``, a D
@@ -1015,7 +1018,8 @@ def _resume_choices(c, s, r):
     return tuple((0, pages) for pages in page_choices(s, s.d[r].origin_pages))
 
 
-@action("decode", guard=_resumable, choices=_resume_choices, event="retract")
+@action("decode", guard=_resumable, choices=_resume_choices, event="retract",
+        arg_names=("prefix", "pages"))
 def d_resume(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """R5 ``resume_retracted_reqs`` (dc 804/829/950/997/1021): fresh ``_pre_alloc``,
     the host backup restored into the new pages, ``is_retracted=False``, then
@@ -1224,7 +1228,13 @@ class Step:
     arg: Tuple = ()
 
     def __str__(self) -> str:
-        return f"{self.action}(r{self.rid}{', ' + repr(self.arg) if self.arg else ''})"
+        a = BY_NAME.get(self.action)
+        names = a.arg_names if a is not None else ()
+        parts = [f"r{self.rid}"]
+        for i, v in enumerate(self.arg):
+            name = names[i] if i < len(names) else f"arg{i}"
+            parts.append(f"{name}={list(v) if isinstance(v, tuple) else v}")
+        return f"{self.action}({', '.join(parts)})"
 
 
 def successors(ctx: Ctx, s: State) -> Iterable[Tuple[Step, State, Tuple[Event, ...]]]:

@@ -130,6 +130,75 @@ def check(release, scenario_names, scenario_files, prop_names, engine, out, witn
                  "the good state")
 
 
+@cli.command("replay")
+@click.argument("trace_file", type=click.Path(dir_okay=False))
+@click.option("--release", default=None,
+              help="Replay on this release instead of the one the trace names.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def replay_cmd(trace_file, release, as_json) -> None:
+    """Re-execute a trace step by step on a release.
+
+    Reports the first step whose guard is not enabled, and whether the
+    property is still violated on what replayed.  This is how a fix is shown
+    to remove a counterexample.
+    """
+    from . import replay as rp
+    loaded = rp.load(trace_file, release)
+    out = rp.run(loaded)
+    if as_json:
+        click.echo(json.dumps(out.as_json()))
+        return
+    head = (f"{out.property} ({loaded.meta.get('scenario')}) on {out.release}: "
+            f"replayed {out.steps_replayed}/{out.steps_total} steps")
+    if out.first_disabled_step is not None:
+        st = loaded.steps[out.first_disabled_step - 1]
+        head += f"; step {out.first_disabled_step} {st} is not enabled"
+    click.echo(head)
+    if loaded.property.kind == "sometimes":
+        click.echo("good state reached" if not out.violated else "good state NOT reached")
+    elif out.violated:
+        click.echo(f"VIOLATED at step {out.violated_at}")
+    else:
+        click.echo("not violated on the replayed steps")
+
+
+@cli.command("show")
+@click.argument("trace_file", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "mermaid", "dot"]),
+              default="table", show_default=True)
+def show_cmd(trace_file, fmt) -> None:
+    """Render a trace for people: a step table, Markdown for an issue, a
+    Mermaid sequence diagram, or DOT."""
+    from . import render
+    from . import replay as rp
+    loaded = rp.load(trace_file)
+    out = rp.run(loaded)
+    if out.first_disabled_step is not None:
+        raise UserError(f"{trace_file}: step {out.first_disabled_step} does not replay on "
+                        f"{out.release}; use 'reqmodel replay' to investigate")
+    violating = loaded.property.kind == "always" and out.violated
+    rows = render.rows(loaded.steps, out.states, out.events, violating)
+    if fmt == "markdown":
+        click.echo(render.to_markdown(loaded.meta, rows), nl=False)
+    elif fmt == "mermaid":
+        click.echo(render.to_mermaid(loaded.meta, loaded.steps, out.states, out.events,
+                                     violating), nl=False)
+    elif fmt == "dot":
+        click.echo(render.to_dot(loaded.meta, loaded.steps, out.states, violating), nl=False)
+    else:
+        console = _console()
+        for line in render.header(loaded.meta):
+            console.print(line, highlight=False, markup=False)
+        table = Table(show_lines=True)
+        for col in ("#", "actor", "action", "what happened", "state changed"):
+            table.add_column(col)
+        for r in rows:
+            style = "bold red" if r.violating else None
+            table.add_row(str(r.index), r.actor, r.action, "\n".join(r.events) or "—",
+                          "\n".join(r.changed) or "—", style=style)
+        console.print(table)
+
+
 @cli.command("scenarios")
 def scenarios_cmd() -> None:
     """List the built-in scenarios."""

@@ -3,8 +3,10 @@
 A trace file is a JSON object with ``#meta`` (format, source, release,
 scenario and its full configuration, property, engine, timestamp), ``vars``
 and ``states``.  Integers are ``{"#bigint": "..."}``, tuples ``#tup``, maps
-``#map``; records are plain objects; optional values are variants
-``{"tag": "Some"|"None", "value": ...}``.  Each state's ``#meta`` holds its
+``#map``; records are plain objects; an optional value is a set of at most
+one element (``{"#set": []}`` when absent, ``{"#set": [v]}`` when present),
+the TLA+ idiom that every ITF reader handles (variants with tuple payloads
+trip some readers, itf-py 0.5 among them).  Each state's ``#meta`` holds its
 index, the action taken to reach it and the action's parameters (request and
 choice), which is all ``read_steps`` needs to replay it.
 """
@@ -30,13 +32,16 @@ class TraceFileError(ValueError):
     """A trace file that cannot be read; the message is one line for the user."""
 
 
+ABSENT = {"#set": []}
+
+
 def big(n: int) -> Dict[str, str]:
     return {"#bigint": str(int(n))}
 
 
 def encode(value: Any) -> Any:
     if value is None:
-        return {"tag": "None", "value": {"#tup": []}}
+        return ABSENT
     if isinstance(value, bool):
         return value
     if isinstance(value, enum.Enum):
@@ -55,12 +60,16 @@ def encode(value: Any) -> Any:
 def _opt(v: Any, field) -> Any:
     """Fields typed Optional[...] are variants; others encode directly."""
     if "Optional" in str(field.type):
-        return {"tag": "None", "value": {"#tup": []}} if v is None else {"tag": "Some", "value": encode(v)}
+        return ABSENT if v is None else {"#set": [encode(v)]}
     return encode(v)
 
 
 def encode_step(step: Step) -> Dict[str, Any]:
-    return {"rid": big(step.rid), "arg": encode(_plain(step.arg))}
+    """``{"rid": r, <choice name>: value, ...}`` with the action's choice names."""
+    out: Dict[str, Any] = {"rid": big(step.rid)}
+    for name, value in zip(BY_NAME[step.action].arg_names, step.arg):
+        out[name] = encode(_plain(value))
+    return out
 
 
 def _plain(x):
@@ -188,11 +197,16 @@ def read(path) -> Tuple[Dict[str, Any], Tuple[Step, ...]]:
         params = m.get("params", {})
         if not isinstance(params, dict) or "rid" not in params:
             raise TraceFileError(f"{path}: state {i}: action {name} has no 'rid' parameter")
-        unknown = set(params) - {"rid", "arg"}
+        names = BY_NAME[name].arg_names
+        unknown = set(params) - {"rid", *names}
         if unknown:
-            raise TraceFileError(f"{path}: state {i}: unknown parameter {sorted(unknown)[0]!r}")
+            raise TraceFileError(f"{path}: state {i}: action {name}: unknown parameter "
+                                 f"{sorted(unknown)[0]!r}")
+        missing = [n for n in names if n not in params]
+        if missing:
+            raise TraceFileError(f"{path}: state {i}: action {name}: missing parameter {missing[0]!r}")
         rid = decode_plain(params["rid"])
         if not isinstance(rid, int) or isinstance(rid, bool):
             raise TraceFileError(f"{path}: state {i}: 'rid' must be an integer")
-        steps.append(Step(name, rid, decode_plain(params.get("arg", {"#tup": []}))))
+        steps.append(Step(name, rid, tuple(decode_plain(params[n]) for n in names)))
     return meta, tuple(steps)

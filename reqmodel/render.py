@@ -1,0 +1,245 @@
+"""Render a trace for people: a step table, Markdown, a Mermaid sequence
+diagram, or DOT.
+
+Everything is derived from the replayed states and the steps' events: what a
+step changed is the difference between two consecutive states, written with
+SGLang's names (``r0.P`` is request 0's prefill ``Req``, ``r0.D`` its decode
+``Req``, ``room 1`` its ``bootstrap_room``).
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any, List, Optional, Sequence, Tuple
+
+import attrs
+
+from .actions import BY_NAME, Event, Step
+from .properties import CATALOG
+from .state import Finish, KVPoll, Msg, State
+
+LANES = {"client": "Client", "prefill": "Prefill", "transfer": "Transfer", "decode": "Decode"}
+LANE_IDS = {"client": "C", "prefill": "P", "transfer": "X", "decode": "D"}
+
+
+def fmt(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, Finish):
+        return str(v)
+    if isinstance(v, KVPoll):
+        return v.name
+    if isinstance(v, enum.Enum):
+        return v.name.lower()
+    if isinstance(v, tuple):
+        return "[" + ", ".join(fmt(x) for x in v) + "]"
+    return str(v)
+
+
+def _field_changes(prefix: str, old, new, skip=()) -> List[str]:
+    out = []
+    for f in attrs.fields(type(old)):
+        if f.name in skip:
+            continue
+        a, b = getattr(old, f.name), getattr(new, f.name)
+        if a != b:
+            show = _rid if f.name in ("owner", "writer") else fmt
+            out.append(f"{prefix}.{f.name} {show(a)}→{show(b)}")
+    return out
+
+
+def _msg(m: Msg) -> str:
+    if m.kind == "metadata":
+        return f"send_metadata(r{m.rid}, pages {fmt(m.pages)}, slot {m.slot})"
+    if m.kind == "chunk":
+        a, b = m.pages
+        return f"chunk r{m.rid} [{a}, {b}){' last' if m.last else ''}"
+    if m.kind == "status":
+        return f"status r{m.rid} {fmt(m.poll)}"
+    if m.kind == "recompute":
+        return f"prefill recompute r{m.rid}"
+    return f"{m.kind.upper()} r{m.rid}"
+
+
+def net_changes(old: State, new: State) -> Tuple[List[Msg], List[Msg]]:
+    rest = list(old.net)
+    added = []
+    for m in new.net:
+        if m in rest:
+            rest.remove(m)
+        else:
+            added.append(m)
+    return added, rest
+
+
+def changes(old: State, new: State) -> List[str]:
+    """What one step changed, one short phrase per change."""
+    out: List[str] = []
+    for r, (a, b) in enumerate(zip(old.p, new.p)):
+        out += _field_changes(f"r{r}.P", a, b)
+    for r, (a, b) in enumerate(zip(old.d, new.d)):
+        out += _field_changes(f"r{r}.D", a, b)
+    for r, (a, b) in enumerate(zip(old.rooms, new.rooms)):
+        out += _field_changes(f"room{r + 1}", a, b)
+    for i, (a, b) in enumerate(zip(old.d_pages, new.d_pages)):
+        if a != b:
+            parts = []
+            if a.owner != b.owner:
+                parts.append(f"owner {_rid(a.owner)}→{_rid(b.owner)}")
+            if a.writer != b.writer:
+                parts.append(f"last writer {_rid(a.writer)}→{_rid(b.writer)}")
+            out.append(f"D page {i}: " + ", ".join(parts))
+    for i, (a, b) in enumerate(zip(old.d_slots, new.d_slots)):
+        if a != b:
+            out += _field_changes(f"D slot {i}", a, b)
+    added, removed = net_changes(old, new)
+    out += [f"+ {_msg(m)}" for m in added]
+    out += [f"− {_msg(m)}" for m in removed]
+    return out
+
+
+def _rid(x: Optional[int]) -> str:
+    return "—" if x is None else f"r{x}"
+
+
+def event_text(e: Event) -> str:
+    if e.kind == "read":
+        return f"attention reads {'FOREIGN pages ' + fmt(e.info[1]) if e.info[0] else 'own pages only'}"
+    if e.kind == "stream":
+        return f"{e.side} answers {e.info[0]}"
+    if e.kind == "acquire":
+        return f"{e.side} acquires {e.info[0]}"
+    if e.kind == "release" and e.info[0] == "cache":
+        return ("prefill caches the unfinished request (maybe_cache_unfinished_req)"
+                + ("" if e.info[1] else " though it holds NO KV"))
+    if e.kind == "release":
+        return f"{e.side} releases {e.info[0]}{'' if e.info[1] else ' it does NOT hold'}"
+    if e.kind == "send":
+        return f"prefill sends {'last ' if e.info[0] else ''}chunk{'' if e.info[1] else ' with metadata_buffer_index -1'}"
+    if e.kind == "door_retire":
+        return f"{e.side} door retires{' a RE-ENTERING request' if e.info[0] else ''}"
+    if e.kind == "prealloc":
+        return f"decode preallocates{' an ABORTED request' if e.info[0] else ''}"
+    if e.kind == "late_effect":
+        return "LATE RESULT has side effects: " + ", ".join(e.info)
+    if e.kind == "requeue":
+        return "prefill requeues"
+    if e.kind == "write":
+        return f"transfer writes D pages {fmt(e.info)}"
+    if e.kind == "commit":
+        return "decode commits the transfer"
+    if e.kind == "xfer_skip":
+        return "transfer skips the chunk (room failed or gone)"
+    return e.kind
+
+
+def _event_in_state(e: Event, s: State) -> str:
+    """An event, with who last wrote each foreign page when it is a read."""
+    if e.kind == "read" and e.info[0]:
+        who = ", ".join(f"page {p} last written by {_rid(s.d_pages[p].writer)}" for p in e.info[1])
+        return f"attention reads FOREIGN KV ({who})"
+    return event_text(e)
+
+
+@attrs.frozen
+class Row:
+    index: int
+    actor: str
+    action: str
+    events: Tuple[str, ...]
+    changed: Tuple[str, ...]
+    violating: bool
+
+
+def rows(steps: Sequence[Step], states: Sequence[State], events, violating_last: bool) -> List[Row]:
+    out = []
+    for i, step in enumerate(steps):
+        out.append(Row(i + 1, BY_NAME[step.action].actor, str(step),
+                       tuple(_event_in_state(e, states[i]) for e in events[i]),
+                       tuple(changes(states[i], states[i + 1])),
+                       violating_last and i == len(steps) - 1))
+    return out
+
+
+def header(meta: dict) -> List[str]:
+    p = CATALOG.get(meta.get("property", ""))
+    lines = [f"property: {meta.get('property')}" + (f" — {p.text}" if p else ""),
+             f"release: {meta.get('release')}   scenario: {meta.get('scenario')}   "
+             f"engine: {meta.get('engine')}   kind: {meta.get('kind', 'counterexample')}"]
+    desc = (meta.get("scenario_config") or {}).get("description")
+    if desc:
+        lines.append("scenario: " + " ".join(desc.split()))
+    return lines
+
+
+def to_markdown(meta: dict, rs: Sequence[Row]) -> str:
+    out = [f"### `{meta.get('property')}` on SGLang {meta.get('release')} "
+           f"(scenario `{meta.get('scenario')}`, {len(rs)} steps)", ""]
+    out += [f"> {line}" for line in header(meta)] + [""]
+    out += ["| # | actor | action | what happened | state changed |", "|---:|---|---|---|---|"]
+    for r in rs:
+        mark = " **⚠ violation**" if r.violating else ""
+        ev = "<br>".join(r.events) or "—"
+        ch = "<br>".join(f"`{c}`" for c in r.changed) or "—"
+        out.append(f"| {r.index} | {r.actor} | `{r.action}`{mark} | {ev} | {ch} |")
+    return "\n".join(out) + "\n"
+
+
+def _lane_of_msg(m: Msg) -> Tuple[str, str]:
+    return {"metadata": ("D", "P"), "abort": ("D", "P"), "recompute": ("D", "P"),
+            "chunk": ("P", "X"), "status": ("X", "D"), "ack": ("P", "D")}[m.kind]
+
+
+def to_mermaid(meta: dict, steps, states, events, violating_last: bool) -> str:
+    out = ["sequenceDiagram", "    autonumber"]
+    for key, name in LANES.items():
+        out.append(f"    participant {LANE_IDS[key]} as {name}")
+    for i, step in enumerate(steps):
+        actor = LANE_IDS[BY_NAME[step.action].actor]
+        viol = violating_last and i == len(steps) - 1
+        if viol:
+            out.append("    rect rgb(255, 215, 215)")
+        pad = "        " if viol else "    "
+        msgs, _ = net_changes(states[i], states[i + 1])
+        arrows = [f"{pad}X->>D: write r{e.rid} KV into pages {fmt(e.info)}"
+                  for e in events[i] if e.kind == "write"]
+        for m in msgs:
+            a, b = _lane_of_msg(m)
+            arrows.append(f"{pad}{a}->>{b}: {_msg(m)}")
+        arrows += [f"{pad}{LANE_IDS[e.side]}-->>C: r{e.rid} answered {e.info[0]}"
+                   for e in events[i] if e.kind == "stream"]
+        if step.action in ("p_intake", "d_intake"):
+            arrows.insert(0, f"{pad}C->>{'P' if step.action == 'p_intake' else 'D'}: r{step.rid} "
+                             f"({fmt(states[i + 1].p[step.rid].origin_pages if step.action == 'p_intake' else states[i + 1].d[step.rid].origin_pages)} pages after intake)")
+        notes = [_event_in_state(e, states[i]) for e in events[i]
+                 if e.kind not in ("stream", "write")]
+        # ';' and '#' end or escape a Mermaid statement: keep them out of labels
+        label = (str(step) + (": " + ", ".join(notes) if notes else "")).replace(";", ",")
+        label = label.replace("#", "no.")
+        out.append(f"{pad}Note over {actor}: {label}")
+        out += arrows
+        if viol:
+            out.append(f"{pad}Note over {actor}: ⚠ violates {meta.get('property')}")
+            out.append("    end")
+    return "\n".join(out) + "\n"
+
+
+def _node_label(s: State) -> str:
+    parts = []
+    for r, (p, d) in enumerate(zip(s.p, s.d)):
+        parts.append(f"r{r}: P {fmt(p.stage)} / D {fmt(d.stage)}")
+    return "\\n".join(parts)
+
+
+def to_dot(meta: dict, steps, states, violating_last: bool) -> str:
+    out = [f'digraph "{meta.get("property")}-{meta.get("release")}" {{', "  rankdir=TB;",
+           '  node [shape=box, fontname="monospace", fontsize=10];']
+    for i, s in enumerate(states):
+        bad = violating_last and i == len(states) - 1
+        style = ', style=filled, fillcolor="#ffd7d7"' if bad else ""
+        out.append(f'  s{i} [label="{i}\\n{_node_label(s)}"{style}];')
+    for i, step in enumerate(steps):
+        out.append(f'  s{i} -> s{i + 1} [label="{step}"];')
+    out.append("}")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,84 @@
+"""Replay a recorded trace on a release: which step is the first whose guard
+is not enabled, and is the property still violated."""
+from __future__ import annotations
+
+from typing import Optional
+
+import attrs
+
+from . import itf, releases, scenario
+from .explore import replay
+from .properties import CATALOG, Property
+
+
+@attrs.frozen
+class Loaded:
+    meta: dict
+    steps: tuple
+    release: releases.Release
+    scenario: scenario.Scenario
+    property: Property
+
+
+def load(path, release: Optional[str] = None) -> Loaded:
+    """Read a trace file and resolve what it names; every problem is one line."""
+    meta, steps = itf.read(path)
+    name = release or meta.get("release")
+    if not name:
+        raise itf.TraceFileError(f"{path}: the trace names no release; pass --release")
+    rel = releases.get(name)
+    if "scenario_config" in meta:
+        try:
+            sc = scenario.from_dict(meta["scenario_config"])
+        except scenario.ScenarioError as exc:
+            raise itf.TraceFileError(f"{path}: bad scenario_config: {exc}") from None
+    elif "scenario" in meta:
+        sc = scenario.builtin(meta["scenario"])
+    else:
+        raise itf.TraceFileError(f"{path}: the trace names no scenario")
+    prop = CATALOG.get(meta.get("property", ""))
+    if prop is None:
+        raise itf.TraceFileError(f"{path}: unknown property {meta.get('property')!r}")
+    for i, st in enumerate(steps, start=1):
+        if not 0 <= st.rid < sc.n:
+            raise itf.TraceFileError(f"{path}: state {i}: request {st.rid} is not in the scenario")
+    return Loaded(meta, steps, rel, sc, prop)
+
+
+@attrs.frozen
+class Outcome:
+    property: str
+    release: str
+    steps_total: int
+    steps_replayed: int
+    first_disabled_step: Optional[int]  # 1-based step number, None when all replayed
+    violated: bool  # safety: broken on the replayed prefix; reachability: good state not reached
+    violated_at: Optional[int]  # 1-based step at which it broke (0: the initial state)
+    states: tuple
+    events: tuple
+
+    def as_json(self) -> dict:
+        return {"property": self.property, "release": self.release,
+                "steps_replayed": self.steps_replayed,
+                "first_disabled_step": self.first_disabled_step, "violated": self.violated}
+
+
+def run(loaded: Loaded) -> Outcome:
+    states, events, disabled = replay(loaded.release, loaded.scenario, loaded.steps)
+    p = loaded.property
+    at = None
+    if p.kind == "sometimes":
+        reached = any(p.holds_in(s) for s in states)
+        violated = not reached
+    else:
+        for i, s in enumerate(states):
+            if not p.holds_in(s):
+                at = i
+                break
+            if i < len(events) and not p.holds_on(s, loaded.steps[i], events[i], states[i + 1]):
+                at = i + 1
+                break
+        violated = at is not None
+    return Outcome(p.name, loaded.release.name, len(loaded.steps), len(states) - 1,
+                   None if disabled is None else disabled + 1, violated, at,
+                   tuple(states), tuple(events))

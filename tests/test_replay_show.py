@@ -1,0 +1,113 @@
+"""`reqmodel replay` and `reqmodel show`, and their refusals of bad files."""
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parent.parent
+INCIDENT = ROOT / "counterexamples/0.5.19/no-foreign-kv-read-incident.itf.json"
+
+
+def run(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-c", "from reqmodel.cli import main; main()", *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_replay_on_its_release_reproduces_the_violation():
+    r = run("replay", str(INCIDENT), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"property": "no-foreign-kv-read", "release": "0.5.19",
+                                    "steps_replayed": 25, "first_disabled_step": None,
+                                    "violated": True}
+
+
+def test_replay_on_a_fixed_release_reports_the_first_disabled_step():
+    r = run("replay", str(INCIDENT), "--release", "0.5.21", "--json")
+    out = json.loads(r.stdout)
+    assert r.returncode == 0
+    assert out["violated"] is False
+    assert out["first_disabled_step"] == out["steps_replayed"] + 1
+    r = run("replay", str(INCIDENT), "--release", "0.5.21")
+    assert "is not enabled" in r.stdout and "not violated" in r.stdout
+
+
+@pytest.mark.parametrize("fmt,markers", [
+    ("table", ["no-foreign-kv-read", "d_attend(r0)", "FOREIGN"]),
+    ("markdown", ["| # | actor | action |", "**⚠ violation**", "page 0 last written by r1"]),
+    ("mermaid", ["sequenceDiagram", "participant C as Client", "participant X as Transfer",
+                 "rect rgb(255, 215, 215)", "⚠ violates no-foreign-kv-read"]),
+    ("dot", ["digraph", "s24 -> s25", 'fillcolor="#ffd7d7"']),
+])
+def test_show_formats(fmt, markers):
+    r = run("show", str(INCIDENT), "--format", fmt)
+    assert r.returncode == 0, r.stderr
+    for m in markers:
+        assert m in r.stdout, m
+
+
+def test_mermaid_labels_have_no_statement_separators():
+    r = run("show", str(INCIDENT), "--format", "mermaid")
+    for line in r.stdout.splitlines()[1:]:
+        assert ";" not in line and "#" not in line.split(":", 1)[-1]
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz not installed")
+def test_dot_is_valid_graphviz(tmp_path):
+    r = run("show", str(INCIDENT), "--format", "dot")
+    chk = subprocess.run(["dot", "-Tsvg"], input=r.stdout, capture_output=True, text=True)
+    assert chk.returncode == 0, chk.stderr
+
+
+def _trace(tmp_path, mutate):
+    data = json.loads(INCIDENT.read_text())
+    mutate(data)
+    p = tmp_path / "t.itf.json"
+    p.write_text(json.dumps(data))
+    return str(p)
+
+
+BAD = {
+    "invalid JSON": (lambda d: None, "invalid JSON"),
+    "no states": (lambda d: d.pop("states"), "missing 'states'"),
+    "no vars": (lambda d: d.pop("vars"), "missing 'vars'"),
+    "unknown action": (lambda d: d["states"][3]["#meta"].update(action="teleport"), "unknown action 'teleport'"),
+    "unknown parameter": (lambda d: d["states"][3]["#meta"]["params"].update(rank={"#bigint": "1"}),
+                          "unknown parameter 'rank'"),
+    "missing parameter": (lambda d: d["states"][9]["#meta"]["params"].pop("pages"), "missing parameter 'pages'"),
+    "unknown release": (lambda d: d["#meta"].update(release="0.4.0"), "unknown release '0.4.0'"),
+    "no release": (lambda d: d["#meta"].pop("release"), "names no release"),
+    "unknown property": (lambda d: d["#meta"].update(property="nice"), "unknown property 'nice'"),
+    "request out of range": (lambda d: d["states"][1]["#meta"]["params"].update(rid={"#bigint": "7"}),
+                             "request 7 is not in the scenario"),
+}
+
+
+@pytest.mark.parametrize("cmd", ["replay", "show"])
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_trace_files_exit_2_in_one_line(tmp_path, cmd, case):
+    mutate, fragment = BAD[case]
+    if case == "invalid JSON":
+        path = tmp_path / "t.itf.json"
+        path.write_text("{\"vars\": [")
+        path = str(path)
+    else:
+        path = _trace(tmp_path, mutate)
+    r = run(cmd, path)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and fragment in lines[0] and "Traceback" not in r.stderr
+
+
+def test_replay_rejects_an_unknown_release_option():
+    r = run("replay", str(INCIDENT), "--release", "9.9.9")
+    assert r.returncode == 2 and "unknown release '9.9.9'" in r.stderr
+
+
+def test_the_trace_guide_shows_current_output():
+    guide = (ROOT / "notes/traces.md").read_text()
+    for fmt in ("markdown", "mermaid"):
+        out = run("show", str(INCIDENT), "--format", fmt).stdout
+        assert out in guide, f"notes/traces.md is stale for --format {fmt}"
