@@ -111,3 +111,19 @@ def test_the_trace_guide_shows_current_output():
     for fmt in ("markdown", "mermaid"):
         out = run("show", str(INCIDENT), "--format", fmt).stdout
         assert out in guide, f"notes/traces.md is stale for --format {fmt}"
+
+
+CORPUS = sorted((ROOT / "counterexamples").glob("*/*.itf.json"))
+
+
+def test_show_and_replay_work_on_the_whole_corpus():
+    """In-process (one subprocess per file would take minutes)."""
+    from click.testing import CliRunner
+    from reqmodel.cli import cli
+    runner = CliRunner()
+    for path in CORPUS:
+        for fmt in ("table", "markdown", "mermaid", "dot"):
+            r = runner.invoke(cli, ["show", str(path), "--format", fmt])
+            assert r.exit_code == 0, (path, fmt, r.output)
+        r = runner.invoke(cli, ["replay", str(path), "--json"])
+        assert r.exit_code == 0 and json.loads(r.output)["violated"] is True, path
