@@ -689,7 +689,9 @@ def xfer_chunk(c: Ctx, s: State, r: int, arg=()) -> Effect:
             if c.release.checksum and c.scenario.prefill.kv_checksum:
                 checksum = _p_digest(c, s, r)
             slots = list(s.d_slots)
-            slots[slot] = replace(slots[slot], room=room_id(r), checksum=checksum)
+            covered = room.prefix + max(s.p[r].send_pages, 0)
+            slots[slot] = replace(slots[slot], room=room_id(r), checksum=checksum,
+                                  covered_pages=covered)
             s = replace(s, d_slots=tuple(slots))
         final = KVPoll.Success
         if c.release.conclude_transfer and (room.failure_record or room.status == KVPoll.Failed):
@@ -760,7 +762,8 @@ def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     is_retracted = req.door_flag == "retracted"
     is_rebootstrap = req.door_flag == "rebootstrap"
     if rel.decode_door(req, is_retracted, is_rebootstrap):
-        reentering = is_retracted or req.holds_kv or req.retraction_backup
+        reentering = (is_retracted or is_rebootstrap or req.is_retracted or req.holds_kv
+                      or req.retraction_backup)
         s = set_d(s, r, stage=DStage.GONE, door_flag=None,
                   **run_retire_cleanup(c, req, rel.retire_cleanup))
         evs = (Event("door_retire", r, "decode", (reentering,)),)
@@ -922,14 +925,14 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
         poll = KVPoll.Failed
     if poll == KVPoll.Success:
         slot = s.d_slots[req.meta_slot]
-        refused = c.release.commit_check(req, slot.room, room_id(r))
+        refused = c.release.commit_check(req, slot, room_id(r))
         if refused is None:
             expected = slot.checksum if (c.release.checksum and c.scenario.decode.kv_checksum) else None
             if c.release.checksum == "suffix" and not c.scenario.layouts_match:
                 expected = None  # 0.5.23 skips on a layout-signature mismatch
             slots = list(s.d_slots)
             cleared = None if c.release.checksum == "suffix" else slot.checksum  # clear_slot
-            slots[req.meta_slot] = MetaSlot(owner=None, room=0, checksum=cleared)
+            slots[req.meta_slot] = MetaSlot(owner=None, room=0, checksum=cleared, covered_pages=0)
             s = replace(s, d_slots=tuple(slots))
             s = set_d(s, r, stage=DStage.WAITING, meta_slot=-1, expected_checksum=expected,
                       has_receiver=False, is_retracted=False, rebootstrap=False)

@@ -27,8 +27,10 @@ class UserError(Exception):
     """An error to report in one line with exit status 2."""
 
 
+from .proposal import ProposalError  # noqa: E402
+
 _USER_ERRORS = (UserError, sc_mod.ScenarioError, rel_mod.ReleaseError,
-                props_mod.PropertyError, TraceFileError, BoundExceeded)
+                props_mod.PropertyError, TraceFileError, BoundExceeded, ProposalError)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -199,6 +201,113 @@ def show_cmd(trace_file, fmt) -> None:
         console.print(table)
 
 
+@cli.group("guard")
+def guard_group() -> None:
+    """Check a proposed guard change before writing it in SGLang."""
+
+
+@guard_group.command("points")
+def guard_points_cmd() -> None:
+    """List the guard points, their arguments, the fields of the views they
+    receive, and what their return value means (generated from the code)."""
+    g = props_mod.g
+    console = _console()
+    table = Table(title="guard points", title_justify="left")
+    for col in ("guard point", "arguments", "returns", "meaning"):
+        table.add_column(col)
+    for gp in g.GUARD_POINTS.values():
+        args = ", ".join(f"{a} ({g.VIEW_OF_ARG[(gp.name, a)]})" if (gp.name, a) in g.VIEW_OF_ARG
+                         else a for a in gp.args)
+        table.add_row(gp.name, args, gp.returns, gp.meaning)
+    console.print(table)
+    for view, fields in g.VIEWS.items():
+        t = Table(title=f"view: {view}", title_justify="left")
+        t.add_column("field")
+        t.add_column("meaning")
+        for name, text in fields.items():
+            t.add_row(name, text)
+        console.print(t)
+    console.print("Helpers for proposals: from reqmodel.proposal import is_aborted, finished, "
+                  "is_unadmitted_reject, FINISH_ABORT, FINISH_LENGTH, REQUEUE, RETIRE, DROP, SEND, "
+                  "RETIRE_CLEANUP_FULL", highlight=False, markup=False)
+
+
+@guard_group.command("check")
+@click.argument("proposal_file", type=click.Path(dir_okay=False))
+@click.option("--scenario", "scenario_names", multiple=True,
+              help="A built-in scenario (repeatable; default: every built-in one).")
+@click.option("--scenario-file", "scenario_files", multiple=True, type=click.Path(dir_okay=False))
+@click.option("--engine", type=click.Choice(["exhaustive"]), default="exhaustive", show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), default=None,
+              help="Where counterexamples are written (default reqmodel-out/guard/<proposal>).")
+@click.option("--all", "show_all", is_flag=True, help="Also list properties that still hold.")
+@click.option("--no-cost", is_flag=True, help="Skip the waste measurements.")
+@click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, out, show_all,
+                    no_cost, max_states, as_json) -> None:
+    """Run the whole property catalog on the base release and on PROPOSAL_FILE,
+    on every built-in scenario (or those given), and report what it fixes,
+    breaks and costs."""
+    from . import guardcheck, proposal
+    prop = proposal.load(proposal_file)
+    if scenario_names or scenario_files:
+        scenarios = _scenarios(scenario_names, scenario_files)
+    else:
+        scenarios = [sc_mod.builtin(n) for n in sc_mod.builtin_names()]
+    props = props_mod.select([])
+    outdir = pathlib.Path(out) if out else pathlib.Path("reqmodel-out/guard") / prop.name
+    pending: list = []
+    rows = guardcheck.compare(prop, scenarios, props, outdir, max_states=max_states,
+                              pending=pending)
+    costs = {} if no_cost else guardcheck.cost(prop, scenarios, max_states=max_states)
+    guardcheck.write(pending)  # only once everything ran
+    if as_json:
+        click.echo(json.dumps({"base": prop.base.name, "proposal": prop.path,
+                               "replaced": list(prop.replaced),
+                               "results": [r.as_json() for r in rows], "cost": costs}, indent=1))
+        return
+    console = _console()
+    console.print(f"proposal {prop.path}: base {prop.base.name}, replaces "
+                  f"{', '.join(prop.replaced) or 'nothing'}"
+                  + (f", forces {prop.scenario_overrides}" if prop.scenario_overrides else ""),
+                  highlight=False, markup=False)
+    counts = {}
+    for r in rows:
+        counts[r.change] = counts.get(r.change, 0) + 1
+    table = Table(title="verdicts: base -> proposal", title_justify="left")
+    for col in ("scenario", "property", "base", "proposal", "change", "counterexample"):
+        table.add_column(col, no_wrap=col != "counterexample")
+    style = {"fixed": "green", "broken": "bold red", "still-violated": "yellow", "still-holds": "dim"}
+    for r in rows:
+        if r.change == "still-holds" and not show_all:
+            continue
+        cx = "" if r.trace_file is None else f"{r.trace_file} ({r.trace_length} steps)"
+        table.add_row(r.scenario, r.property, r.base_verdict, r.proposal_verdict,
+                      f"[{style[r.change]}]{r.change}[/]", cx)
+    console.print(table)
+    console.print("  ".join(f"{k}: {v}" for k, v in sorted(counts.items())), highlight=False)
+    if costs:
+        ct = Table(title="waste (scenarios with an intake reject, timeouts enabled for it)",
+                   title_justify="left")
+        for col in ("scenario", "measure", "base", "proposal"):
+            ct.add_column(col)
+        for name, c in costs.items():
+            for key in ("rejected_acquires", "peer_acquires", "peer_hold_seconds", "timeout_only"):
+                ct.add_row(name, key, _cost_cell(c["base"][key]), _cost_cell(c["proposal"][key]))
+        console.print(ct)
+
+
+def _cost_cell(v) -> str:
+    if isinstance(v, dict):
+        return "; ".join(f"{k}: {', '.join(x) or '—'}" for k, x in v.items())
+    if v is None:
+        return "never released"
+    if isinstance(v, list):
+        return ", ".join(f"r{x}" for x in v) or "—"
+    return f"{v:g} s" if isinstance(v, (int, float)) else str(v)
+
+
 @cli.command("scenarios")
 def scenarios_cmd() -> None:
     """List the built-in scenarios."""
@@ -231,7 +340,7 @@ def releases_cmd() -> None:
     table.add_column("guard point")
     for r in rel_mod.RELEASES.values():
         table.add_column(r.name)
-    for gp in props_mod.g.GUARD_POINTS:
+    for gp in props_mod.g.GUARD_POINTS:  # names
         table.add_row(gp, *[getattr(r, gp).__name__.replace(gp + "_", "")
                             for r in rel_mod.RELEASES.values()])
     _console().print(table)

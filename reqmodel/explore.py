@@ -76,6 +76,7 @@ class Exploration:
     seconds: float
     complete: bool
     graph: Optional[nx.DiGraph] = None
+    state_of: Optional[List[State]] = None  # node id -> canonical state, with the graph
 
 
 class _Interner:
@@ -170,7 +171,7 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
                         "--max-states if the machine has the memory")
             edges += 1
             if graph is not None:
-                graph.add_edge(u, v, step=step)
+                graph.add_edge(u, v, step=step, events=evs)
     seconds = time.perf_counter() - t0
 
     verdicts: Dict[str, Verdict] = {}
@@ -192,7 +193,8 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
                                        _trace(ctx, p, hit, states, parent, canon))
     return Exploration(release=release, scenario=scenario, verdicts=verdicts,
                        states=len(states), edges=edges, depth=max(depth), seconds=seconds,
-                       complete=complete and not queue, graph=graph)
+                       complete=complete and not queue, graph=graph,
+                       state_of=states if keep_graph else None)
 
 
 def _path(v: int, parent) -> List[int]:

@@ -11,7 +11,9 @@ whose field names are SGLang's (``to_finish``, ``finished_reason``,
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Dict, Optional, Tuple
+
+import attrs
 
 from .state import ABORT_500, LENGTH, Finish
 
@@ -131,11 +133,11 @@ def prealloc_scan_finished_reason(req) -> bool:
 # ---------------------------------------------------- decode commit (D3)
 
 
-def commit_room_check(req, slot_room: int, expected_room: int) -> Optional[Finish]:
+def commit_room_check(req, slot, expected_room: int) -> Optional[Finish]:
     """All releases ``_commit_transfer_to_req`` (dc 19:2059, 20:2131, 21:2404,
     22:2507, 23:2600): room 0 -> 500 "not ready", another room -> 500
     "corruption".  No length check (#38704 is in no release)."""
-    if slot_room == 0 or slot_room != expected_room:
+    if slot.room == 0 or slot.room != expected_room:
         return ABORT_500
     return None
 
@@ -166,17 +168,91 @@ def update_status_020(current, new):
     return max(current, new)
 
 
-# What the guard points are, for `reqmodel guard points` and the Hypothesis
-# and Z3 engines: name -> (arguments, meaning of the return value).
-GUARD_POINTS = {
-    "prefill_door": ("req", "True: retire the request at PrefillBootstrapQueue.add"),
-    "decode_door": ("req, is_retracted, is_rebootstrap",
-                    "True: retire the request at DecodePreallocQueue.add"),
-    "final_result": ("req", "True: retire an aborted final prefill result, send nothing"),
-    "middle_result": ("req, still_chunking",
-                      "'requeue' | 'retire' | 'drop' | 'send' for a middle-chunk result"),
-    "inflight_success": ("req", "the finished_reason set when the inflight poll is Success"),
-    "prealloc_scan": ("req", "True: drop the entry at pop_preallocated"),
-    "commit_check": ("req, slot_room, expected_room",
-                     "None to commit, or the abort Finish for a refused commit"),
+@attrs.frozen
+class GuardPoint:
+    """A replaceable decision: its arguments, what it returns, and a check of
+    the returned value (used on proposals)."""
+
+    name: str
+    args: Tuple[str, ...]
+    returns: str
+    meaning: str
+    valid: Callable[[object], bool]
+
+
+def _is_bool(v) -> bool:
+    return isinstance(v, bool)
+
+
+def _is_finish(v) -> bool:
+    return isinstance(v, Finish)
+
+
+GUARD_POINTS: Dict[str, GuardPoint] = {gp.name: gp for gp in (
+    GuardPoint("prefill_door", ("req",), "bool",
+               "True: retire the request at PrefillBootstrapQueue.add (P1)", _is_bool),
+    GuardPoint("decode_door", ("req", "is_retracted", "is_rebootstrap"), "bool",
+               "True: retire the request at DecodePreallocQueue.add (D1)", _is_bool),
+    GuardPoint("final_result", ("req",), "bool",
+               "True: retire an aborted final prefill result and send nothing (P5)", _is_bool),
+    GuardPoint("middle_result", ("req", "still_chunking"),
+               "'requeue' | 'retire' | 'drop' | 'send'",
+               "what to do with a middle-chunk prefill result (P5)",
+               lambda v: v in (REQUEUE, RETIRE, DROP, SEND)),
+    GuardPoint("inflight_success", ("req",), "Finish",
+               "the finished_reason set when the inflight poll says Success (P6)", _is_finish),
+    GuardPoint("prealloc_scan", ("req",), "bool",
+               "True: drop the entry at pop_preallocated before allocating (D2)", _is_bool),
+    GuardPoint("commit_check", ("req", "slot", "expected_room"), "Finish | None",
+               "None to commit the transfer, or the FINISH_ABORT to refuse it with (D3)",
+               lambda v: v is None or _is_finish(v)),
+)}
+
+
+# The fields a guard point may read, by view.  SGLang names where SGLang has
+# the field; ``tests/test_guard.py`` checks every name exists on the view.
+VIEWS: Dict[str, Dict[str, str]] = {
+    "prefill req": {
+        "to_finish": "pending verdict: Finish or None (set_finish_with_abort, abort method 3)",
+        "finished_reason": "Finish or None; finished() reads only this",
+        "origin_pages": "len(origin_input_ids) in pages (1 for the intake stub)",
+        "is_retracted": "set by reset_for_retract (preemption, optimistic requeue)",
+        "holds_kv": "kv.holds_kv: a KV row is held",
+        "holds_mamba": "kv.holds_mamba",
+        "metadata_buffer_index": "-1 or a metadata buffer slot",
+        "retraction_backup": "always None on prefill",
+        "pending_bootstrap": "sender not yet init-ed (optimistic prefill)",
+        "inflight_middle_chunks": "overlapped middle results still due",
+        "has_sender": "disagg_kv_sender is not None",
+        "session_slot": "owns an active conversation slot",
+        "cache_handle": "cache_request_handle is open",
+    },
+    "decode req": {
+        "to_finish": "pending verdict: Finish or None",
+        "finished_reason": "Finish or None",
+        "origin_pages": "len(origin_input_ids) in pages",
+        "is_retracted": "set by reset_for_retract, cleared at commit or resume",
+        "holds_kv": "pages of the handoff range are reserved",
+        "holds_mamba": "always False on decode",
+        "metadata_buffer_index": "always -1 on decode (it lives on DecodeRequest)",
+        "retraction_backup": "a host KV backup is held (memory retract)",
+        "rebootstrap": "pd_rebootstrap_in_progress",
+        "reserved_pages": "pages decode attends over: decode prefix + reserved pages",
+        "prefix_pages": "decode_prefix_len (radix hit), in pages",
+        "session_slot": "owns an active conversation slot",
+        "cache_handle": "cache_request_handle is open",
+    },
+    "slot": {
+        "room": "bootstrap_room written by the aux write (0: not ready)",
+        "covered_pages": "pages of decode's range the transfer covered (#38704's length; "
+                         "no release carries it)",
+        "checksum": "prefill's KV digest, or None",
+    },
+}
+
+VIEW_OF_ARG = {
+    ("prefill_door", "req"): "prefill req", ("final_result", "req"): "prefill req",
+    ("middle_result", "req"): "prefill req", ("inflight_success", "req"): "prefill req",
+    ("decode_door", "req"): "decode req", ("prealloc_scan", "req"): "decode req",
+    ("commit_check", "req"): "decode req", ("commit_check", "slot"): "slot",
 }

@@ -155,6 +155,11 @@ class DecodeReq:
         return bool(self.pages)
 
     @property
+    def reserved_pages(self) -> int:
+        """Pages of the handoff range decode attends over (prefix + reserved)."""
+        return self.prefix_pages + len(self.pages)
+
+    @property
     def holds_mamba(self) -> bool:
         return False
 
@@ -192,6 +197,9 @@ class MetaSlot:
     owner: Optional[int] = None
     room: int = 0  # bootstrap_room written by the aux write; 0 = not ready
     checksum: Optional[Tuple] = None  # P's digest, when P computes one
+    # pages of decode's range the transfer covered (decode prefix + pages prefill
+    # announced): no release puts this in the aux; #38704 proposed it
+    covered_pages: int = 0
 
 
 @attrs.frozen(order=True, cache_hash=True)

@@ -1,0 +1,217 @@
+"""``reqmodel guard check``: a proposal against its base, property by
+property and scenario by scenario, and what it changes in waste."""
+from __future__ import annotations
+
+import pathlib
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import attrs
+import networkx as nx
+
+from . import itf
+from .explore import DEFAULT_MAX_STATES, explore
+from .properties import Property
+from .proposal import Proposal
+from .releases import Release
+from .scenario import Scenario
+from .state import DStage, PStage, State
+
+CHANGE = {("violated", "holds"): "fixed", ("holds", "violated"): "broken",
+          ("violated", "violated"): "still-violated", ("holds", "holds"): "still-holds"}
+
+# seconds each timeout stands for (env 19:656, 19:660, 19:673)
+TIMEOUT_SECONDS = {"p_bootstrap_timeout": 300, "d_waiting_timeout": 300, "d_deferred_timeout": 30}
+
+
+def _norm(v: str) -> str:
+    return "holds" if v == "not-applicable" else v
+
+
+@attrs.frozen
+class Row:
+    scenario: str
+    property: str
+    base_verdict: str
+    proposal_verdict: str
+    change: str
+    trace_file: Optional[str]
+    trace_length: Optional[int]
+
+    def as_json(self) -> dict:
+        return {"scenario": self.scenario, "property": self.property,
+                "base_verdict": self.base_verdict, "proposal_verdict": self.proposal_verdict,
+                "change": self.change, "trace_file": self.trace_file}
+
+
+def compare(prop: Proposal, scenarios: Sequence[Scenario], props: Sequence[Property],
+            out: pathlib.Path, max_states: int = DEFAULT_MAX_STATES,
+            pending: Optional[list] = None) -> List[Row]:
+    """Verdicts on base and proposal.  Counterexample files are appended to
+    ``pending`` as (path, trace, scenario) and written by :func:`write`, so a
+    proposal that fails midway leaves nothing behind."""
+    rows: List[Row] = []
+    pending = [] if pending is None else pending
+    for sc in scenarios:
+        base = explore(prop.base, sc, props, max_states=max_states, keep_graph=False)
+        psc = prop.apply(sc)
+        mine = explore(prop.release, psc, props, max_states=max_states, keep_graph=False)
+        for p in props:
+            b, m = base.verdicts[p.name], mine.verdicts[p.name]
+            change = CHANGE[(_norm(b.verdict), _norm(m.verdict))]
+            path = None
+            if m.verdict == "violated" and m.trace is not None:
+                path = out / f"{p.name}-{sc.name}.itf.json"
+                pending.append((path, m.trace, psc))
+            rows.append(Row(sc.name, p.name, b.verdict, m.verdict, change,
+                            None if path is None else str(path), m.trace_length))
+    return rows
+
+
+def write(pending) -> None:
+    for path, trace, sc in pending:
+        itf.write(path, trace, sc, engine="exhaustive")
+
+
+# ------------------------------------------------------------------ cost
+
+
+def has_intake_reject(sc: Scenario) -> bool:
+    def rejects(w, n):
+        return n > w.intake_limit_pages and not w.auto_truncate
+    return any(rejects(sc.prefill, n) or rejects(sc.decode, n) for n in sc.prompt_pages)
+
+
+def rejected_requests(sc: Scenario) -> Tuple[int, ...]:
+    def rejects(w, n):
+        return n > w.intake_limit_pages and not w.auto_truncate
+    return tuple(r for r, n in enumerate(sc.prompt_pages)
+                 if rejects(sc.prefill, n) or rejects(sc.decode, n))
+
+
+def with_timeouts(sc: Scenario) -> Scenario:
+    """Timeouts enabled for the intake-rejected requests: their waits are what
+    cost measures, and a valid request's timeouts would only add noise."""
+    targets = tuple(sorted(set(sc.events.timeouts) | set(rejected_requests(sc))))
+    return attrs.evolve(sc, events=attrs.evolve(sc.events, timeouts=targets))
+
+
+def _p_holds(s: State, r: int) -> bool:
+    p = s.p[r]
+    return p.stage not in (PStage.ABSENT, PStage.GONE, PStage.DOOR) or p.holds_kv or p.holds_metadata
+
+
+def _d_holds(s: State, r: int) -> bool:
+    d = s.d[r]
+    return bool(d.pages) or d.meta_slot >= 0 or d.stage in (DStage.PREALLOC, DStage.TRANSFER, DStage.HELD)
+
+
+def _ended(s: State, r: int) -> bool:
+    return (s.p[r].stage in (PStage.GONE,) and not s.p[r].results_due
+            and s.d[r].stage is DStage.GONE)
+
+
+def measure(release: Release, sc: Scenario, max_states: int = DEFAULT_MAX_STATES) -> dict:
+    """Waste on one scenario (timeouts enabled for the rejected requests, so
+    that every wait they cause can end):
+
+    * ``rejected_acquires``: what a worker acquires for requests rejected at
+      its own intake (sender, metadata, init, forward, kv, receiver, ...);
+    * ``peer_acquires``: what a worker acquires for requests the *other*
+      worker rejected;
+    * ``peer_hold_seconds``: from the state where a worker starts holding a
+      reservation for a request the other worker rejected, the timeout
+      seconds that must pass before it can be released on the best schedule;
+      the worst such start (None: some hold is never released);
+    * ``timeout_only``: requests that, from some reachable state, can end
+      only through a timeout.
+    """
+    from .properties import select
+    scen = with_timeouts(sc)
+    ex = explore(release, scen, select(["valid-request-completes"]), max_states=max_states,
+                 stop_early=False, keep_graph=True)
+    G, states = ex.graph, ex.state_of
+    n = sc.n
+    own: Dict[str, Set[str]] = {"prefill": set(), "decode": set()}
+    peer: Dict[str, Set[str]] = {"prefill": set(), "decode": set()}
+    for u, v, data in G.edges(data=True):
+        s = states[u]
+        for e in data["events"]:
+            if e.kind not in ("acquire", "prealloc"):
+                continue
+            kind = e.info[0] if e.kind == "acquire" else "prealloc"
+            rejected_here = s.p[e.rid].rejected if e.side == "prefill" else s.d[e.rid].rejected
+            rejected_there = s.d[e.rid].rejected if e.side == "prefill" else s.p[e.rid].rejected
+            if rejected_here:
+                own[e.side].add(kind)
+            elif rejected_there:
+                peer[e.side].add(kind)
+
+    def weight(u, v, data):
+        return TIMEOUT_SECONDS.get(data["step"].action, 0)
+
+    R = G.reverse(copy=False)
+    hold_max: Optional[float] = 0.0
+    timeout_only: List[int] = []
+    free = nx.DiGraph((u, v) for u, v, d in G.edges(data=True)
+                      if d["step"].action not in TIMEOUT_SECONDS)
+    free.add_nodes_from(G.nodes)
+    Rfree = free.reverse(copy=False)
+    for r in range(n):
+        # a reservation one worker keeps for a request the other rejected
+        def holding(s):
+            return (s.p[r].rejected and _d_holds(s, r)) or (s.d[r].rejected and _p_holds(s, r))
+        held = [holding(s) for s in states]
+        if not any(held):
+            continue
+        # where a hold begins: a holding state entered from a non-holding one
+        entries = {v for u, v in G.edges if held[v] and not held[u]}
+        if held[0]:
+            entries.add(0)
+        released = [i for i, h in enumerate(held) if not h]
+        dist = nx.multi_source_dijkstra_path_length(R, released, weight=weight) if released else {}
+        for i in entries:
+            if i not in dist:
+                hold_max = None
+                break
+            hold_max = max(hold_max, dist[i])
+        if hold_max is None:
+            break
+    for r in range(n):
+        ended = [i for i, s in enumerate(states) if _ended(s, r)]
+        can_end = set(nx.multi_source_dijkstra_path_length(R, ended, weight=lambda *a: 0)) if ended else set()
+        can_end_free = set()
+        if ended:
+            for i in nx.bfs_tree(Rfree, ended[0]).nodes if len(ended) == 1 else _multi_bfs(Rfree, ended):
+                can_end_free.add(i)
+        if any(i in can_end and i not in can_end_free and not _ended(states[i], r)
+               for i in range(len(states))):
+            timeout_only.append(r)
+    return {
+        "states": ex.states,
+        "rejected_acquires": {k: sorted(v) for k, v in own.items()},
+        "peer_acquires": {k: sorted(v) for k, v in peer.items()},
+        "peer_hold_seconds": hold_max,
+        "timeout_only": timeout_only,
+    }
+
+
+def _multi_bfs(G: nx.DiGraph, sources) -> Set[int]:
+    seen = set(sources)
+    stack = list(sources)
+    while stack:
+        u = stack.pop()
+        for v in G.successors(u):
+            if v not in seen:
+                seen.add(v)
+                stack.append(v)
+    return seen
+
+
+def cost(prop: Proposal, scenarios: Sequence[Scenario], max_states: int = DEFAULT_MAX_STATES) -> dict:
+    out = {}
+    for sc in scenarios:
+        if not has_intake_reject(sc):
+            continue
+        out[sc.name] = {"base": measure(prop.base, sc, max_states),
+                        "proposal": measure(prop.release, prop.apply(sc), max_states)}
+    return out

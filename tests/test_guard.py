@@ -1,0 +1,149 @@
+"""`reqmodel guard`: proposals, the comparison, the waste figures, and the
+refusal of bad proposals."""
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from reqmodel import guardcheck, guards, properties, proposal, scenario
+from reqmodel.state import DecodeReq, MetaSlot, PrefillReq
+
+ROOT = pathlib.Path(__file__).parent.parent
+EX = ROOT / "notes" / "examples"
+
+
+def run(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-c", "from reqmodel.cli import main; main()", *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def check(name, scenarios):
+    prop = proposal.load(str(EX / f"{name}.py"))
+    pending = []
+    rows = guardcheck.compare(prop, [scenario.builtin(s) for s in scenarios],
+                              properties.select([]), pathlib.Path("unused"), pending=pending)
+    return prop, {(r.scenario, r.property): r for r in rows}, pending
+
+
+def test_views_name_real_fields():
+    samples = {"prefill req": PrefillReq(), "decode req": DecodeReq(), "slot": MetaSlot()}
+    for view, fields in guards.VIEWS.items():
+        for f in fields:
+            getattr(samples[view], f)  # raises if the documented field does not exist
+    for (gp, arg), view in guards.VIEW_OF_ARG.items():
+        assert arg in guards.GUARD_POINTS[gp].args and view in guards.VIEWS
+
+
+def test_guard_points_listing_is_generated_from_the_code():
+    r = run("guard", "points")
+    assert r.returncode == 0
+    for gp in guards.GUARD_POINTS.values():
+        assert gp.name in r.stdout
+    for fields in guards.VIEWS.values():
+        for f in fields:
+            assert f in r.stdout
+
+
+def test_naive_door_breaks_reentry_with_a_minimal_counterexample():
+    prop, rows, pending = check("naive-door-on-0.5.20", ["retract-abort", "pause-abort"])
+    for sc, length in (("retract-abort", 15), ("pause-abort", 15)):
+        row = rows[(sc, "reentry-not-retired")]
+        assert row.change == "broken"
+        assert row.trace_length == length
+    trace = next(t for path, t, s in pending if path.name == "reentry-not-retired-retract-abort.itf.json")
+    assert trace.steps[-1].action == "d_door"
+
+
+def test_pr38935_breaks_nothing_and_reduces_waste():
+    prop, rows, _ = check("pr38935-on-0.5.20", ["incident", "decode-reject", "retract-abort",
+                                                 "pause-abort", "late-result"])
+    assert not [k for k, r in rows.items() if r.change == "broken"]
+    assert rows[("incident", "reject-acquires-nothing")].change == "fixed"
+    cost = guardcheck.cost(prop, [scenario.builtin("incident")])["incident"]
+    assert cost["base"]["rejected_acquires"]["prefill"]  # sender, metadata, forward, ...
+    assert cost["proposal"]["rejected_acquires"]["prefill"] == []
+    # decode still reserves for a prefill reject and holds it for the 300 s timeout
+    assert cost["proposal"]["peer_acquires"]["decode"] == ["kv", "prealloc", "receiver"]
+    assert cost["proposal"]["peer_hold_seconds"] == 300
+    assert cost["proposal"]["timeout_only"] == [0]
+
+
+def test_deny_all_is_broken_by_reachability():
+    _, rows, _ = check("deny-all", ["incident", "retract-abort"])
+    assert rows[("incident", "valid-request-completes")].change == "broken"
+    assert rows[("retract-abort", "reentry-can-resume")].change == "broken"
+
+
+def test_pr38704_on_0519_and_0523():
+    _, rows, _ = check("pr38704-on-0.5.19", ["incident", "auto-truncate"])
+    assert rows[("incident", "no-foreign-kv-read")].change == "fixed"
+    assert rows[("auto-truncate", "no-foreign-kv-read")].change == "fixed"
+    # a length check does not stop prefill from reporting success for its reject
+    assert rows[("incident", "rejected-never-succeeds")].change == "still-violated"
+    _, rows, _ = check("pr38704-on-0.5.23", ["incident", "auto-truncate"])
+    assert rows[("auto-truncate", "no-foreign-kv-read")].change == "fixed"
+    assert not [k for k, r in rows.items() if r.change == "broken"]
+
+
+def test_checksum_on_both_roles():
+    prop, rows, _ = check("kv-checksum-both-roles", ["auto-truncate", "incident"])
+    assert prop.scenario_overrides
+    assert rows[("auto-truncate", "no-foreign-kv-read")].change == "fixed"
+    assert not [k for k, r in rows.items() if r.change == "broken"]
+
+
+def test_cli_json_schema(tmp_path):
+    r = run("guard", "check", str(EX / "naive-door-on-0.5.20.py"), "--scenario", "retract-abort",
+            "--json", "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["base"] == "0.5.20" and "cost" in data
+    for row in data["results"]:
+        assert set(row) == {"scenario", "property", "base_verdict", "proposal_verdict",
+                            "change", "trace_file"}
+        assert row["change"] in ("fixed", "broken", "still-violated", "still-holds")
+    broken = [x for x in data["results"] if x["change"] == "broken"]
+    assert broken and all(pathlib.Path(x["trace_file"]).exists() for x in broken)
+
+
+BAD = {
+    "syntax": ("base = '0.5.20'\ndef prefill_door(req)\n    return True\n", "does not import: SyntaxError"),
+    "import": ("import no_such_module_xyz\nbase = '0.5.20'\n", "does not import: ModuleNotFoundError"),
+    "no base": ("def prefill_door(req):\n    return False\n", "names no base release"),
+    "unknown base": ("base = '0.4.0'\ndef prefill_door(req):\n    return False\n", "unknown release '0.4.0'"),
+    "unknown guard point": ("base = '0.5.20'\ndef front_door(req):\n    return False\n",
+                            "front_door is not a guard point"),
+    "signature": ("base = '0.5.20'\ndef decode_door(req):\n    return False\n",
+                  "decode_door(req) has the wrong signature"),
+    "raises": ("base = '0.5.20'\ndef prefill_door(req):\n    return 1 / 0\n",
+               "prefill_door raised ZeroDivisionError"),
+    "wrong type": ("base = '0.5.20'\ndef prefill_door(req):\n    return 'yes'\n",
+                   "prefill_door returned 'yes' (str); it must return bool"),
+    "wrong type later": ("base = '0.5.20'\ndef commit_check(req, slot, expected_room):\n    return 0\n",
+                         "commit_check returned 0 (int)"),
+    "cleanup": ("base = '0.5.20'\nretire_cleanup = ('session', 'pray')\n", "retire_cleanup must be"),
+    "overrides": ("base = '0.5.21'\nscenario_overrides = {'prefill': {'kv_checksum': 'on'}}\n",
+                  "scenario_overrides"),
+    "nothing": ("base = '0.5.20'\n", "replaces no guard point"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_proposals_exit_2_in_one_line(tmp_path, case):
+    text, fragment = BAD[case]
+    f = tmp_path / "proposal.py"
+    f.write_text(text)
+    out = tmp_path / "out"
+    r = run("guard", "check", str(f), "--scenario", "incident", "--out", str(out))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and fragment in lines[0] and str(f) in lines[0], lines
+    assert "Traceback" not in r.stderr
+    assert r.stdout == "" and not out.exists()  # nothing else ran
+
+
+def test_missing_proposal_file(tmp_path):
+    r = run("guard", "check", str(tmp_path / "nope.py"))
+    assert r.returncode == 2 and "no such proposal file" in r.stderr
