@@ -136,8 +136,10 @@ def check(release, scenario_names, scenario_files, prop_names, engine, out, witn
 @click.argument("trace_file", type=click.Path(dir_okay=False))
 @click.option("--release", default=None,
               help="Replay on this release instead of the one the trace names.")
+@click.option("--guards", "guards", default=None, type=click.Path(dir_okay=False),
+              help="Replay on a guard proposal (see 'reqmodel guard').")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def replay_cmd(trace_file, release, as_json) -> None:
+def replay_cmd(trace_file, release, guards, as_json) -> None:
     """Re-execute a trace step by step on a release.
 
     Reports the first step whose guard is not enabled, and whether the
@@ -145,7 +147,9 @@ def replay_cmd(trace_file, release, as_json) -> None:
     to remove a counterexample.
     """
     from . import replay as rp
-    loaded = rp.load(trace_file, release)
+    if release and guards:
+        raise UserError("give --release or --guards, not both")
+    loaded = rp.load(trace_file, release, guards)
     out = rp.run(loaded)
     if as_json:
         click.echo(json.dumps(out.as_json()))
@@ -168,12 +172,14 @@ def replay_cmd(trace_file, release, as_json) -> None:
 @click.argument("trace_file", type=click.Path(dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["table", "markdown", "mermaid", "dot"]),
               default="table", show_default=True)
-def show_cmd(trace_file, fmt) -> None:
+@click.option("--guards", "guards", default=None, type=click.Path(dir_okay=False),
+              help="The guard proposal the trace was made on (default: the one it names).")
+def show_cmd(trace_file, fmt, guards) -> None:
     """Render a trace for people: a step table, Markdown for an issue, a
     Mermaid sequence diagram, or DOT."""
     from . import render
     from . import replay as rp
-    loaded = rp.load(trace_file)
+    loaded = rp.load(trace_file, guards=guards)
     out = rp.run(loaded)
     if out.first_disabled_step is not None:
         raise UserError(f"{trace_file}: step {out.first_disabled_step} does not replay on "

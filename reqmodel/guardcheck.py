@@ -61,15 +61,15 @@ def compare(prop: Proposal, scenarios: Sequence[Scenario], props: Sequence[Prope
             path = None
             if m.verdict == "violated" and m.trace is not None:
                 path = out / f"{p.name}-{sc.name}.itf.json"
-                pending.append((path, m.trace, psc))
+                pending.append((path, m.trace, psc, {"guards": prop.path, "base": prop.base.name}))
             rows.append(Row(sc.name, p.name, b.verdict, m.verdict, change,
                             None if path is None else str(path), m.trace_length))
     return rows
 
 
 def write(pending) -> None:
-    for path, trace, sc in pending:
-        itf.write(path, trace, sc, engine="exhaustive")
+    for path, trace, sc, meta in pending:
+        itf.write(path, trace, sc, engine="exhaustive", extra_meta=meta)
 
 
 # ------------------------------------------------------------------ cost

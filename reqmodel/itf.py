@@ -122,7 +122,7 @@ def scenario_config(sc: Scenario) -> Dict[str, Any]:
 
 
 def to_itf(trace, scenario: Scenario, engine: str = "exhaustive",
-           violated_at: int = None) -> Dict[str, Any]:
+           extra_meta: Dict[str, Any] = None) -> Dict[str, Any]:
     states: List[Dict[str, Any]] = []
     for i, s in enumerate(trace.states):
         meta: Dict[str, Any] = {"index": i}
@@ -153,14 +153,16 @@ def to_itf(trace, scenario: Scenario, engine: str = "exhaustive",
             "violation": trace.violation,
             "engine": engine,
             "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            **(extra_meta or {}),
         },
         "vars": list(VARS),
         "states": states,
     }
 
 
-def write(path, trace, scenario: Scenario, engine: str = "exhaustive") -> None:
-    data = to_itf(trace, scenario, engine)
+def write(path, trace, scenario: Scenario, engine: str = "exhaustive",
+          extra_meta: Dict[str, Any] = None) -> None:
+    data = to_itf(trace, scenario, engine, extra_meta)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=1) + "\n")
 

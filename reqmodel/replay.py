@@ -2,6 +2,7 @@
 is not enabled, and is the property still violated."""
 from __future__ import annotations
 
+import pathlib
 from typing import Optional
 
 import attrs
@@ -20,13 +21,25 @@ class Loaded:
     property: Property
 
 
-def load(path, release: Optional[str] = None) -> Loaded:
-    """Read a trace file and resolve what it names; every problem is one line."""
+def load(path, release: Optional[str] = None, guards: Optional[str] = None) -> Loaded:
+    """Read a trace file and resolve what it names; every problem is one line.
+    ``guards`` is a proposal file: the trace then replays on that proposal."""
     meta, steps = itf.read(path)
-    name = release or meta.get("release")
-    if not name:
-        raise itf.TraceFileError(f"{path}: the trace names no release; pass --release")
-    rel = releases.get(name)
+    prop_file = None
+    if guards is None and release is None and meta.get("guards"):
+        guards = meta["guards"]  # a trace made by `reqmodel guard check`
+        if not pathlib.Path(guards).is_file():
+            raise itf.TraceFileError(f"{path}: made on proposal {guards}, which is not here; "
+                                     "pass --guards FILE or --release")
+    if guards is not None:
+        from . import proposal
+        prop_file = proposal.load(guards)
+        rel = prop_file.release
+    else:
+        name = release or meta.get("release")
+        if not name:
+            raise itf.TraceFileError(f"{path}: the trace names no release; pass --release")
+        rel = releases.get(name)
     if "scenario_config" in meta:
         try:
             sc = scenario.from_dict(meta["scenario_config"])
@@ -36,6 +49,8 @@ def load(path, release: Optional[str] = None) -> Loaded:
         sc = scenario.builtin(meta["scenario"])
     else:
         raise itf.TraceFileError(f"{path}: the trace names no scenario")
+    if prop_file is not None:
+        sc = prop_file.apply(sc)
     prop = CATALOG.get(meta.get("property", ""))
     if prop is None:
         raise itf.TraceFileError(f"{path}: unknown property {meta.get('property')!r}")

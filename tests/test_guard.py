@@ -52,7 +52,8 @@ def test_naive_door_breaks_reentry_with_a_minimal_counterexample():
         row = rows[(sc, "reentry-not-retired")]
         assert row.change == "broken"
         assert row.trace_length == length
-    trace = next(t for path, t, s in pending if path.name == "reentry-not-retired-retract-abort.itf.json")
+    trace = next(t for path, t, s, m in pending
+                 if path.name == "reentry-not-retired-retract-abort.itf.json")
     assert trace.steps[-1].action == "d_door"
 
 
@@ -106,6 +107,12 @@ def test_cli_json_schema(tmp_path):
         assert row["change"] in ("fixed", "broken", "still-violated", "still-holds")
     broken = [x for x in data["results"] if x["change"] == "broken"]
     assert broken and all(pathlib.Path(x["trace_file"]).exists() for x in broken)
+    # the trace names its proposal, so show and replay find it on their own
+    for x in broken:
+        r = run("replay", x["trace_file"], "--json")
+        assert r.returncode == 0 and json.loads(r.stdout)["violated"] is True, r.stderr
+        r = run("show", x["trace_file"], "--format", "markdown")
+        assert r.returncode == 0 and "⚠ violation" in r.stdout
 
 
 BAD = {

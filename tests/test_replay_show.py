@@ -127,3 +127,17 @@ def test_show_and_replay_work_on_the_whole_corpus():
             assert r.exit_code == 0, (path, fmt, r.output)
         r = runner.invoke(cli, ["replay", str(path), "--json"])
         assert r.exit_code == 0 and json.loads(r.output)["violated"] is True, path
+
+
+def test_replay_on_a_guard_proposal():
+    """The 0.5.19 incident trace against #38704's commit check on 0.5.19: the
+    commit is refused, so the attention step is never enabled."""
+    r = run("replay", str(INCIDENT), "--guards", "notes/examples/pr38704-on-0.5.19.py", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["violated"] is False
+    assert out["release"] == "0.5.19+pr38704-on-0.5.19"
+    assert out["first_disabled_step"] == 25
+    r = run("replay", str(INCIDENT), "--guards", "notes/examples/pr38704-on-0.5.19.py",
+            "--release", "0.5.19")
+    assert r.returncode == 2 and "not both" in r.stderr
