@@ -22,14 +22,20 @@ class Result:
     verdict: str
     trace_length: Optional[int]
     trace_file: Optional[str]
-    states: int
+    states: Optional[int]
     seconds: float
+    engine: str = "exhaustive"
+    examples: Optional[int] = None  # hypothesis: test cases run
+    steps: Optional[int] = None  # hypothesis: model steps executed
 
     def as_json(self) -> dict:
-        return {"release": self.release, "scenario": self.scenario, "property": self.property,
-                "verdict": self.verdict, "trace_length": self.trace_length,
-                "trace_file": self.trace_file, "states": self.states,
-                "seconds": round(self.seconds, 3)}
+        out = {"release": self.release, "scenario": self.scenario, "property": self.property,
+               "verdict": self.verdict, "trace_length": self.trace_length,
+               "trace_file": self.trace_file, "states": self.states,
+               "seconds": round(self.seconds, 3)}
+        if self.engine == "hypothesis":
+            out.update(engine="hypothesis", examples=self.examples, steps=self.steps)
+        return out
 
 
 def trace_path(out: pathlib.Path, release: str, prop: str, scenario: str) -> pathlib.Path:
@@ -60,4 +66,31 @@ def run(releases: Sequence[Release], scenarios: Sequence[Scenario], props: Seque
                                       ex.states, ex.seconds))
             if progress is not None:
                 progress(sc, rel, ex)
+    return results
+
+
+def run_hypothesis(releases: Sequence[Release], scenarios: Sequence[Scenario],
+                   props: Sequence[Property], out: Optional[pathlib.Path], profile: str = "ci",
+                   progress=None, write_witnesses: bool = False) -> List[Result]:
+    """The same table from the Hypothesis engine: a sample, not a proof; a
+    `holds` here means no counterexample was found within the profile."""
+    from . import hypo
+    results: List[Result] = []
+    for sc in scenarios:
+        for rel in releases:
+            for p in props:
+                hv = hypo.check_property(rel, sc, p, profile)
+                v = hv.verdict
+                path = None
+                if v.trace is not None and out is not None and (
+                        v.verdict == "violated" or write_witnesses):
+                    path = trace_path(out, rel.name, p.name, sc.name)
+                    itf.write(path, v.trace, sc, engine="hypothesis",
+                              extra_meta={"profile": profile, "examples": hv.examples,
+                                          "hypothesis_length": hv.shrunk_length})
+                results.append(Result(rel.name, sc.name, p.name, p.kind, v.verdict,
+                                      v.trace_length, None if path is None else str(path),
+                                      None, hv.seconds, "hypothesis", hv.examples, hv.steps))
+            if progress is not None:
+                progress(sc, rel, None)
     return results

@@ -79,8 +79,10 @@ def _cell(r) -> str:
               type=click.Path(dir_okay=False), help="A scenario TOML file.")
 @click.option("--property", "prop_names", multiple=True,
               help="Check only this property (repeatable; default: the whole catalog).")
-@click.option("--engine", type=click.Choice(["exhaustive"]), default="exhaustive",
+@click.option("--engine", type=click.Choice(["exhaustive", "hypothesis"]), default="exhaustive",
               show_default=True, help="Checking engine.")
+@click.option("--hypothesis-profile", "hprofile", type=click.Choice(["dev", "ci", "thorough"]),
+              default="ci", show_default=True, help="Budget of the hypothesis engine.")
 @click.option("--out", "out", type=click.Path(file_okay=False), default="counterexamples",
               show_default=True, help="Where counterexample traces (ITF) are written.")
 @click.option("--witnesses", is_flag=True,
@@ -88,7 +90,7 @@ def _cell(r) -> str:
 @click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES,
               show_default=True, help="Refuse scenarios with more distinct states than this.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def check(release, scenario_names, scenario_files, prop_names, engine, out, witnesses,
+def check(release, scenario_names, scenario_files, prop_names, engine, hprofile, out, witnesses,
           max_states, as_json) -> None:
     """Check properties on releases and scenarios; write counterexamples.
 
@@ -102,12 +104,21 @@ def check(release, scenario_names, scenario_files, prop_names, engine, out, witn
     console = Console(stderr=True)
 
     def progress(sc, rel, ex):
-        if not as_json:
+        if as_json:
+            return
+        if ex is None:
+            console.print(f"[dim]{sc.name} on {rel.name}: hypothesis ({hprofile}) done[/]")
+        else:
             console.print(f"[dim]{sc.name} on {rel.name}: {ex.states:,} states, "
                           f"{ex.seconds:.2f} s[/]")
 
-    results = run(releases, scenarios, props, pathlib.Path(out), max_states=max_states,
-                  progress=progress, write_witnesses=witnesses)
+    if engine == "hypothesis":
+        from .check import run_hypothesis
+        results = run_hypothesis(releases, scenarios, props, pathlib.Path(out), hprofile,
+                                 progress=progress, write_witnesses=witnesses)
+    else:
+        results = run(releases, scenarios, props, pathlib.Path(out), max_states=max_states,
+                      progress=progress, write_witnesses=witnesses)
     if as_json:
         click.echo(json.dumps({"results": [r.as_json() for r in results]}, indent=1))
         return
@@ -128,8 +139,14 @@ def check(release, scenario_names, scenario_files, prop_names, engine, out, witn
     files = sorted({r.trace_file for r in results if r.trace_file})
     if files:
         stdout.print(f"{len(files)} trace file(s) written under {out}/")
-    stdout.print("(n) = length of the shortest counterexample, or of the shortest path to "
-                 "the good state")
+    if engine == "hypothesis":
+        ex = sum(r.examples or 0 for r in results)
+        st_ = sum(r.steps or 0 for r in results)
+        stdout.print(f"hypothesis ({hprofile}): {ex:,} examples, {st_:,} steps; (n) = length of "
+                     "the minimised counterexample; 'holds' = none found within the budget")
+    else:
+        stdout.print("(n) = length of the shortest counterexample, or of the shortest path to "
+                     "the good state")
 
 
 @cli.command("replay")

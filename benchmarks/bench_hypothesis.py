@@ -1,0 +1,50 @@
+"""Shrink quality and search power of the Hypothesis engine against the
+exhaustive one, on every violated cell of the verdict table.
+
+For each cell: does Hypothesis (profile ``ci`` by default) find it, in how many
+examples and seconds, how long was the failing run it found, how long after
+``minimise``, and the exhaustive engine's shortest length.  Usage::
+
+    python benchmarks/bench_hypothesis.py --markdown [--profile ci]
+"""
+import argparse
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "properties"))
+
+from reqmodel import explore, hypo, properties, releases, scenario  # noqa: E402
+from verdict_table import ESTABLISHED, REFERENCE, RELEASES  # noqa: E402
+
+
+def cells():
+    for prop, (sc, row) in REFERENCE.items():
+        for rel, c in zip(RELEASES, row):
+            if c.startswith("F"):
+                yield prop, sc, rel
+    for (prop, sc), row in ESTABLISHED.items():
+        for rel, c in zip(RELEASES, row):
+            if c.startswith("F"):
+                yield prop, sc, rel
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--profile", default="ci")
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+    print("| property | scenario | release | found | examples | s | run length | minimised | exhaustive |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    for prop, sc_name, rel in cells():
+        sc = scenario.builtin(sc_name)
+        p = properties.CATALOG[prop]
+        ex = explore.explore(releases.get(rel), sc, [p], keep_graph=False)
+        hv = hypo.check_property(releases.get(rel), sc, p, args.profile, database=False)
+        found = hv.verdict.verdict == "violated"
+        print(f"| `{prop}` | {sc_name} | {rel} | {'yes' if found else '**no**'} | {hv.examples} | "
+              f"{hv.seconds:.1f} | {hv.shrunk_length or '—'} | {hv.verdict.trace_length or '—'} | "
+              f"{ex.verdicts[prop].trace_length} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

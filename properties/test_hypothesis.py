@@ -1,0 +1,85 @@
+"""The verdict table through the Hypothesis engine (issue #4, in progress).
+
+Profile: ``HYPOTHESIS_PROFILE`` (``dev`` | ``ci`` | ``thorough``, default
+``ci``: derandomized, so CI is reproducible).  For cells where a property
+holds, one machine per (release, scenario) checks them all at once and must
+find nothing; for violated cells that the ``ci`` budget finds (listed in
+FOUND_BY_CI, measured by benchmarks/bench_hypothesis.py), a focused run must
+find a counterexample and write it as an ITF trace that replays.
+"""
+import pytest
+from hypothesis.stateful import run_state_machine_as_test
+
+from reqmodel import explore, hypo, itf, properties, releases, scenario, replay
+
+from verdict_table import ESTABLISHED, REFERENCE, RELEASES
+
+SCENARIOS = ["incident", "decode-reject", "retract-abort", "late-result", "both-reject"]
+
+
+def must_hold(sc, rel):
+    out = []
+    i = RELEASES.index(rel)
+    for prop, (s, row) in REFERENCE.items():
+        if s == sc and row[i] == "H":
+            out.append(prop)
+    for (prop, s), row in ESTABLISHED.items():
+        if s == sc and row[i] == "H" and prop not in out:
+            out.append(prop)
+    return [properties.CATALOG[p] for p in out]
+
+
+HOLDS = [(sc, rel) for sc in SCENARIOS for rel in RELEASES
+         if any(p.kind == "always" for p in must_hold(sc, rel))]
+
+
+@pytest.mark.parametrize("sc,release", HOLDS)
+def test_nothing_found_where_the_table_says_holds(hprofile, sc, release):
+    props = [p for p in must_hold(sc, release) if p.kind == "always"]
+    M = hypo.machine(releases.get(release), scenario.builtin(sc), props)
+    try:
+        run_state_machine_as_test(M, settings=hypo.profile_settings(hprofile))
+    except hypo.Violation as v:
+        pytest.fail(f"{v.prop} violated on {release}/{sc}: {[str(s) for s in v.steps]}")
+
+
+FOUND_BY_CI = [
+    ("no-foreign-kv-read", "incident", "0.5.19"),
+    ("rejected-never-succeeds", "incident", "0.5.19"),
+    ("pending-abort-not-overwritten", "incident", "0.5.19"),
+    ("reject-acquires-nothing", "incident", "0.5.19"),
+    ("reject-acquires-nothing", "incident", "0.5.20"),
+    ("aborted-not-preallocated", "decode-reject", "0.5.19"),
+    ("aborted-not-preallocated", "decode-reject", "0.5.20"),
+    ("rejected-never-succeeds", "both-reject", "0.5.19"),
+    ("aborted-not-preallocated", "both-reject", "0.5.19"),
+    ("aborted-not-preallocated", "both-reject", "0.5.20"),
+    ("no-foreign-kv-read", "auto-truncate", "0.5.19"),
+    ("no-foreign-kv-read", "auto-truncate", "0.5.21"),
+    ("no-foreign-kv-read", "auto-truncate-checksum", "0.5.19"),
+]
+
+
+@pytest.mark.parametrize("prop,sc,release", FOUND_BY_CI)
+def test_violations_are_found_and_written_as_traces(hprofile, tmp_path, prop, sc, release):
+    p = properties.CATALOG[prop]
+    scen = scenario.builtin(sc)
+    hv = hypo.check_property(releases.get(release), scen, p, hprofile)
+    assert hv.verdict.verdict == "violated", f"not found in {hv.examples} examples"
+    shortest = explore.explore(releases.get(release), scen, [p]).verdicts[prop].trace_length
+    assert hv.verdict.trace_length >= shortest
+    path = tmp_path / f"{prop}-{sc}.itf.json"
+    itf.write(path, hv.verdict.trace, scen, engine="hypothesis")
+    out = replay.run(replay.load(path))
+    assert out.violated and out.first_disabled_step is None
+
+
+@pytest.mark.parametrize("sc,release", [("incident", r) for r in RELEASES]
+                         + [("retract-abort", "0.5.21")])
+def test_reachability_found(hprofile, sc, release):
+    for name in ("valid-request-completes", "reentry-can-resume"):
+        p = properties.CATALOG[name]
+        if not p.applies(releases.get(release), scenario.builtin(sc)):
+            continue
+        hv = hypo.check_property(releases.get(release), scenario.builtin(sc), p, hprofile)
+        assert hv.verdict.verdict == "holds", (name, hv.examples)

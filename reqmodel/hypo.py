@@ -1,0 +1,347 @@
+"""The Hypothesis engine: a stateful test generated from the model.
+
+``machine(release, scenario, props)`` builds a ``RuleBasedStateMachine`` whose
+rules are the model's actions (``reqmodel.actions.ACTIONS``), one rule per
+action: its precondition is "the guard is enabled for some request", and the
+rule draws the request and the choice among the enabled ones. State
+properties become ``@invariant``s, transition properties are checked after
+each rule, and a reachability property is searched for as the failure of
+"the good state never happens". Nothing of the protocol is written here:
+adding an action to the model adds a rule.
+
+A failing example is shrunk by Hypothesis, then minimised once more by delta
+debugging over replay (``minimise``): Hypothesis shrinks the *program*, and a
+step that the model no longer enables after a deletion is simply skipped, so
+removing steps one at a time while the property still breaks reaches a
+1-minimal trace. Its length is compared with the exhaustive engine's shortest
+in ``notes/performance.md``.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import attrs
+from hypothesis import HealthCheck, Phase, settings, target
+from hypothesis import strategies as st
+from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
+                                 rule, run_state_machine_as_test)
+from hypothesis.strategies._internal.featureflags import FeatureFlags
+
+from .actions import ACTIONS, Ctx, Step, apply, initial_state
+from .explore import Trace, Verdict
+from .properties import Property
+from .releases import Release
+from .scenario import Scenario
+
+# --------------------------------------------------------------- profiles
+
+DB_PATH = os.path.join(".hypothesis", "reqmodel")
+_COMMON = dict(deadline=None, stateful_step_count=80,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                      HealthCheck.data_too_large])
+# dev and ci leave shrinking to ``minimise`` (delta debugging over replay):
+# Hypothesis's own shrinker reaches the same lengths on long stateful programs
+# but takes minutes (notes/performance.md); thorough keeps it.
+_NO_SHRINK = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
+PROFILES = {
+    "dev": dict(max_examples=100, phases=_NO_SHRINK, **_COMMON),
+    "ci": dict(max_examples=400, derandomize=True, phases=_NO_SHRINK, **_COMMON),
+    "thorough": dict(max_examples=5000, **_COMMON),
+}
+
+
+def profile_settings(name: str, database: bool = True) -> settings:
+    if name not in PROFILES:
+        raise ValueError(f"unknown Hypothesis profile {name!r} (known: {', '.join(PROFILES)})")
+    kw = dict(PROFILES[name])
+    if database and not kw.get("derandomize"):
+        kw["database"] = DirectoryBasedExampleDatabase(DB_PATH)
+    else:
+        kw["database"] = None
+    return settings(**kw)
+
+
+def register_profiles() -> None:
+    """Make the profiles available to pytest's ``--hypothesis-profile``."""
+    for name in PROFILES:
+        settings.register_profile(name, profile_settings(name))
+
+
+# --------------------------------------------------------------- machine
+
+
+class Violation(AssertionError):
+    """A property broke; carries the steps that broke it."""
+
+    def __init__(self, prop: str, steps: Tuple[Step, ...]):
+        super().__init__(f"{prop} violated after {len(steps)} steps")
+        self.prop = prop
+        self.steps = steps
+
+
+@attrs.define
+class Stats:
+    examples: int = 0
+    steps: int = 0
+
+
+def machine(release: Release, scenario: Scenario, props: Sequence[Property],
+            stats: Optional[Stats] = None) -> type:
+    ctx = Ctx(release=release, scenario=scenario)
+    n = scenario.n
+    stats = stats if stats is not None else Stats()
+    trans = [p for p in props if p.kind == "always" and p.transition]
+    states = [p for p in props if p.kind == "always" and p.state]
+    reach = [p for p in props if p.kind == "sometimes"]
+
+    def __init__(self):
+        RuleBasedStateMachine.__init__(self)
+        # No swarm testing: Hypothesis turns a random subset of rules off per
+        # test case, which suits independent API calls but stalls a pipeline
+        # where every stage is a rule (a run dies at the first disabled stage).
+        self._rules_strategy.enabled_rules_strategy = st.just(FeatureFlags())
+        self.state = initial_state(scenario)
+        self.steps: List[Step] = []
+        self._enabled_for = None
+        self._enabled: Dict[str, List[int]] = {}
+        self._stale = 0
+        self._answered = 0
+        self._delayed = frozenset()
+        self._events_on = frozenset()
+        stats.examples += 1
+
+    ns = {"__init__": __init__}
+
+    def enabled_map(self) -> Dict[str, List[int]]:
+        """action -> requests it may fire for now, computed once per state.
+
+        Delayed (action, request) pairs fire only when nothing else can: a
+        progress-preserving swarm over pairs, so a run can hold one request
+        back while another goes all the way through (the incident's shape)."""
+        if self._enabled_for is not self.state:
+            full = {a.name: [r for r in range(n) if a.enabled(ctx, self.state, r)
+                             and (a.event_flag is None or (a.event_flag, r) in self._events_on)]
+                    for a in ACTIONS}
+            now = {k: [r for r in v if (k, r) not in self._delayed] for k, v in full.items()}
+            self._enabled = now if any(now.values()) else full
+            self._enabled_for = self.state
+        return self._enabled
+
+    ns["enabled_map"] = enabled_map
+    pairs = [(a.name, r) for a in ACTIONS if a.event_flag is None for r in range(n)]
+    events = sorted({(a.event_flag, r) for a in ACTIONS if a.event_flag is not None
+                     for r in range(n) if scenario.events.on(a.event_flag, r)})
+
+    def choose_run(self, events_on, delayed):
+        """Per run: which scenario events may happen (interrupts such as
+        client aborts would otherwise fire at almost every step), and which
+        (action, request) pairs wait until nothing else can move."""
+        self._events_on = frozenset(events_on)
+        self._delayed = frozenset(delayed)
+        self._enabled_for = None
+
+    ns["choose_run"] = initialize(
+        events_on=st.sets(st.sampled_from(events)) if events else st.just(frozenset()),
+        delayed=st.sets(st.sampled_from(pairs), max_size=len(pairs)))(choose_run)
+
+    def make_rule(a):
+        def enabled_rids(self):
+            return self.enabled_map()[a.name]
+
+        def fire(self, data):
+            r = data.draw(st.sampled_from(enabled_rids(self)), label="rid")
+            arg = ()
+            if a.choices is not None:
+                arg = data.draw(st.sampled_from(list(a.args(ctx, self.state, r))), label="arg")
+            pre = self.state
+            nxt, evs = a.effect(ctx, pre, r, arg)
+            step = Step(a.name, r, tuple(arg))
+            self.steps.append(step)
+            stats.steps += 1
+            self.state = nxt
+            self._stale = max(self._stale, stale_reserved(nxt))
+            self._answered = max(self._answered, answered(nxt))
+            for p in trans:
+                if not p.holds_on(pre, step, evs, nxt):
+                    raise Violation(p.name, tuple(self.steps))
+        fire.__name__ = fire.__qualname__ = a.name  # before decorating: rules print by name
+        return precondition(lambda self: bool(enabled_rids(self)))(rule(data=st.data())(fire))
+
+    for a in ACTIONS:
+        ns[a.name] = make_rule(a)
+
+    def teardown(self):
+        # targeted phase: steer towards runs where a reservation holds pages
+        # another request wrote (page reuse, the isolation risk) and where
+        # more requests get answered (depth); property-agnostic scores
+        target(float(self._stale), label="stale pages in a reservation")
+        target(float(self._answered), label="answers")
+
+    ns["teardown"] = teardown
+
+    def quiescent(self):
+        return not any(self.enabled_map().values())
+
+    def idle(self):
+        """Nothing is enabled (every request has ended or waits forever)."""
+    ns["idle"] = precondition(quiescent)(rule()(idle))
+
+    def make_invariant(p, good_is_failure: bool):
+        @invariant()
+        def check(self):
+            ok = p.holds_in(self.state)
+            if ok == good_is_failure:  # safety: not ok; reachability: reached
+                raise Violation(p.name, tuple(self.steps))
+        check.__name__ = f"inv_{p.name.replace('-', '_')}"
+        return check
+
+    for p in states:
+        ns[f"inv_{p.name.replace('-', '_')}"] = make_invariant(p, False)
+    for p in reach:
+        ns[f"reach_{p.name.replace('-', '_')}"] = make_invariant(p, True)
+    return type(f"Model_{release.name}_{scenario.name}".replace(".", "_").replace("-", "_")
+                .replace("+", "_"), (RuleBasedStateMachine,), ns)
+
+
+def stale_reserved(s) -> int:
+    """Pages reserved by a request whose last writer is another request."""
+    return sum(1 for pg in s.d_pages
+               if pg.owner is not None and pg.writer is not None and pg.writer != pg.owner)
+
+
+def answered(s) -> int:
+    return sum((p.answer is not None) + (d.answer is not None) for p, d in zip(s.p, s.d))
+
+
+# --------------------------------------------------------------- search
+
+
+def breaks(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Optional[int]:
+    """Replay ``steps`` (skipping any that are not enabled) and return how many
+    steps were applied when ``prop`` first broke (or its good state was
+    reached), or None."""
+    s = initial_state(ctx.scenario)
+    if prop.kind == "sometimes" and prop.holds_in(s):
+        return 0
+    applied = 0
+    for step in steps:
+        res = apply(ctx, s, step)
+        if res is None:
+            continue
+        nxt, evs = res
+        applied += 1
+        if prop.kind == "sometimes":
+            if prop.holds_in(nxt):
+                return applied
+        elif not prop.holds_in(nxt) or not prop.holds_on(s, step, evs, nxt):
+            return applied
+        s = nxt
+    return None
+
+
+def minimise(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Tuple[Step, ...]:
+    """Delta debugging over replay: drop steps (chunks, then single steps)
+    while the property still breaks; cut after the breaking step."""
+    def effective(seq):
+        """The steps that actually apply, up to the break."""
+        s = initial_state(ctx.scenario)
+        out = []
+        for step in seq:
+            res = apply(ctx, s, step)
+            if res is None:
+                step = _repair(ctx, s, step)
+                res = None if step is None else apply(ctx, s, step)
+            if res is None:
+                continue
+            out.append(step)
+            nxt, evs = res
+            done = (prop.holds_in(nxt) if prop.kind == "sometimes"
+                    else (not prop.holds_in(nxt) or not prop.holds_on(s, step, evs, nxt)))
+            s = nxt
+            if done:
+                return tuple(out)
+        return None
+
+    cur = effective(steps)
+    assert cur is not None, "the steps do not break the property"
+    chunk = max(1, len(cur) // 2)
+    while chunk >= 1:
+        i = 0
+        changed = False
+        while i < len(cur):
+            cand = effective(cur[:i] + cur[i + chunk:])
+            if cand is not None and len(cand) < len(cur):
+                cur = cand
+                changed = True
+            else:
+                i += chunk
+        if not changed:
+            chunk //= 2
+    return cur
+
+
+def _repair(ctx: Ctx, s, step: Step) -> Optional[Step]:
+    """A step whose recorded choice no longer exists (a deletion changed which
+    pages are free) takes the first choice that does, if the action is enabled."""
+    from .actions import BY_NAME
+    a = BY_NAME[step.action]
+    if a.choices is None or not a.enabled(ctx, s, step.rid):
+        return None
+    choices = list(a.args(ctx, s, step.rid))
+    return Step(step.action, step.rid, tuple(choices[0])) if choices else None
+
+
+@attrs.frozen
+class HypoVerdict:
+    verdict: Verdict
+    examples: int
+    steps: int
+    shrunk_length: Optional[int]  # Hypothesis' own shrunk length, before minimise
+    seconds: float
+
+
+def check_property(release: Release, scenario: Scenario, prop: Property,
+                   profile: str = "ci", database: bool = True) -> HypoVerdict:
+    """Search for a violation of ``prop`` (or a path to its good state)."""
+    if not prop.applies(release, scenario):
+        return HypoVerdict(Verdict(prop.name, prop.kind, "not-applicable"), 0, 0, None, 0.0)
+    stats = Stats()
+    M = machine(release, scenario, [prop], stats)
+    t0 = time.perf_counter()
+    found: Optional[Violation] = None
+    try:
+        run_state_machine_as_test(M, settings=profile_settings(profile, database))
+    except Violation as v:
+        found = v
+    seconds = time.perf_counter() - t0
+    ctx = Ctx(release=release, scenario=scenario)
+    if found is None:
+        verdict = "violated" if prop.kind == "sometimes" else "holds"
+        return HypoVerdict(Verdict(prop.name, prop.kind, verdict), stats.examples, stats.steps,
+                           None, seconds)
+    steps = minimise(ctx, prop, found.steps)
+    trace = _trace(ctx, prop, steps)
+    verdict = "holds" if prop.kind == "sometimes" else "violated"
+    return HypoVerdict(Verdict(prop.name, prop.kind, verdict, trace), stats.examples,
+                       stats.steps, len(found.steps), seconds)
+
+
+def _trace(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Trace:
+    s = initial_state(ctx.scenario)
+    states, events = [s], []
+    for step in steps:
+        s, evs = apply(ctx, s, step)
+        states.append(s)
+        events.append(evs)
+    kind = "reached" if prop.kind == "sometimes" else (
+        "state" if not prop.holds_in(states[-1]) else "transition")
+    return Trace(release=ctx.release.name, scenario=ctx.scenario.name, property=prop.name,
+                 steps=tuple(steps), states=tuple(states), events=tuple(events), violation=kind)
+
+
+def check_all(release: Release, scenario: Scenario, props: Sequence[Property],
+              profile: str = "ci") -> Dict[str, HypoVerdict]:
+    return {p.name: check_property(release, scenario, p, profile) for p in props}
