@@ -34,7 +34,7 @@ from .actions import ACTIONS, Ctx, Step, apply, initial_state
 from .explore import Trace, Verdict
 from .properties import Property
 from .releases import Release
-from .scenario import Scenario
+from .scenario import Events, Scenario, Worker
 
 # --------------------------------------------------------------- profiles
 
@@ -76,10 +76,11 @@ def register_profiles() -> None:
 class Violation(AssertionError):
     """A property broke; carries the steps that broke it."""
 
-    def __init__(self, prop: str, steps: Tuple[Step, ...]):
+    def __init__(self, prop: str, steps: Tuple[Step, ...], scenario: Optional[Scenario] = None):
         super().__init__(f"{prop} violated after {len(steps)} steps")
         self.prop = prop
         self.steps = steps
+        self.scenario = scenario
 
 
 @attrs.define
@@ -88,14 +89,23 @@ class Stats:
     steps: int = 0
 
 
-def machine(release: Release, scenario: Scenario, props: Sequence[Property],
+def machine(release: Release, scenario, props: Sequence[Property],
             stats: Optional[Stats] = None) -> type:
-    ctx = Ctx(release=release, scenario=scenario)
-    n = scenario.n
+    """``scenario`` is a Scenario, or a strategy of scenarios: then each run
+    first draws its scenario (``scenarios()`` draws beyond the exhaustive
+    bounds)."""
+    fixed = isinstance(scenario, Scenario)
     stats = stats if stats is not None else Stats()
     trans = [p for p in props if p.kind == "always" and p.transition]
     states = [p for p in props if p.kind == "always" and p.state]
     reach = [p for p in props if p.kind == "sometimes"]
+
+    def setup(self, sc: Scenario) -> None:
+        self.scenario = sc
+        self.ctx = Ctx(release=release, scenario=sc)
+        self.n = sc.n
+        self.state = initial_state(sc)
+        self._enabled_for = None
 
     def __init__(self):
         RuleBasedStateMachine.__init__(self)
@@ -103,7 +113,7 @@ def machine(release: Release, scenario: Scenario, props: Sequence[Property],
         # test case, which suits independent API calls but stalls a pipeline
         # where every stage is a rule (a run dies at the first disabled stage).
         self._rules_strategy.enabled_rules_strategy = st.just(FeatureFlags())
-        self.state = initial_state(scenario)
+        self.state = None
         self.steps: List[Step] = []
         self._enabled_for = None
         self._enabled: Dict[str, List[int]] = {}
@@ -111,6 +121,8 @@ def machine(release: Release, scenario: Scenario, props: Sequence[Property],
         self._answered = 0
         self._delayed = frozenset()
         self._events_on = frozenset()
+        if fixed:
+            setup(self, scenario)
         stats.examples += 1
 
     ns = {"__init__": __init__}
@@ -121,7 +133,10 @@ def machine(release: Release, scenario: Scenario, props: Sequence[Property],
         Delayed (action, request) pairs fire only when nothing else can: a
         progress-preserving swarm over pairs, so a run can hold one request
         back while another goes all the way through (the incident's shape)."""
+        if self.state is None:
+            return {}
         if self._enabled_for is not self.state:
+            ctx, n = self.ctx, self.n
             full = {a.name: [r for r in range(n) if a.enabled(ctx, self.state, r)
                              and (a.event_flag is None or (a.event_flag, r) in self._events_on)]
                     for a in ACTIONS}
@@ -131,9 +146,13 @@ def machine(release: Release, scenario: Scenario, props: Sequence[Property],
         return self._enabled
 
     ns["enabled_map"] = enabled_map
-    pairs = [(a.name, r) for a in ACTIONS if a.event_flag is None for r in range(n)]
-    events = sorted({(a.event_flag, r) for a in ACTIONS if a.event_flag is not None
-                     for r in range(n) if scenario.events.on(a.event_flag, r)})
+
+    def run_strategies(sc: Scenario):
+        pairs = [(a.name, r) for a in ACTIONS if a.event_flag is None for r in range(sc.n)]
+        events = sorted({(a.event_flag, r) for a in ACTIONS if a.event_flag is not None
+                         for r in range(sc.n) if sc.events.on(a.event_flag, r)})
+        return (st.sets(st.sampled_from(events)) if events else st.just(frozenset()),
+                st.sets(st.sampled_from(pairs), max_size=len(pairs)))
 
     def choose_run(self, events_on, delayed):
         """Per run: which scenario events may happen (interrupts such as
@@ -143,21 +162,28 @@ def machine(release: Release, scenario: Scenario, props: Sequence[Property],
         self._delayed = frozenset(delayed)
         self._enabled_for = None
 
-    ns["choose_run"] = initialize(
-        events_on=st.sets(st.sampled_from(events)) if events else st.just(frozenset()),
-        delayed=st.sets(st.sampled_from(pairs), max_size=len(pairs)))(choose_run)
+    if fixed:
+        ev_s, delay_s = run_strategies(scenario)
+        ns["choose_run"] = initialize(events_on=ev_s, delayed=delay_s)(choose_run)
+    else:
+        def draw_run(self, data):
+            """Draw the scenario, then the run's events and delays."""
+            setup(self, data.draw(scenario, label="scenario"))
+            ev_s, delay_s = run_strategies(self.scenario)
+            choose_run(self, data.draw(ev_s, label="events"), data.draw(delay_s, label="delayed"))
+        ns["draw_run"] = initialize(data=st.data())(draw_run)
 
     def make_rule(a):
         def enabled_rids(self):
-            return self.enabled_map()[a.name]
+            return self.enabled_map().get(a.name, [])
 
         def fire(self, data):
             r = data.draw(st.sampled_from(enabled_rids(self)), label="rid")
             arg = ()
             if a.choices is not None:
-                arg = data.draw(st.sampled_from(list(a.args(ctx, self.state, r))), label="arg")
+                arg = data.draw(st.sampled_from(list(a.args(self.ctx, self.state, r))), label="arg")
             pre = self.state
-            nxt, evs = a.effect(ctx, pre, r, arg)
+            nxt, evs = a.effect(self.ctx, pre, r, arg)
             step = Step(a.name, r, tuple(arg))
             self.steps.append(step)
             stats.steps += 1
@@ -166,7 +192,7 @@ def machine(release: Release, scenario: Scenario, props: Sequence[Property],
             self._answered = max(self._answered, answered(nxt))
             for p in trans:
                 if not p.holds_on(pre, step, evs, nxt):
-                    raise Violation(p.name, tuple(self.steps))
+                    raise Violation(p.name, tuple(self.steps), self.scenario)
         fire.__name__ = fire.__qualname__ = a.name  # before decorating: rules print by name
         return precondition(lambda self: bool(enabled_rids(self)))(rule(data=st.data())(fire))
 
@@ -183,7 +209,7 @@ def machine(release: Release, scenario: Scenario, props: Sequence[Property],
     ns["teardown"] = teardown
 
     def quiescent(self):
-        return not any(self.enabled_map().values())
+        return self.state is not None and not any(self.enabled_map().values())
 
     def idle(self):
         """Nothing is enabled (every request has ended or waits forever)."""
@@ -192,9 +218,11 @@ def machine(release: Release, scenario: Scenario, props: Sequence[Property],
     def make_invariant(p, good_is_failure: bool):
         @invariant()
         def check(self):
+            if self.state is None:
+                return
             ok = p.holds_in(self.state)
             if ok == good_is_failure:  # safety: not ok; reachability: reached
-                raise Violation(p.name, tuple(self.steps))
+                raise Violation(p.name, tuple(self.steps), self.scenario)
         check.__name__ = f"inv_{p.name.replace('-', '_')}"
         return check
 
@@ -202,7 +230,8 @@ def machine(release: Release, scenario: Scenario, props: Sequence[Property],
         ns[f"inv_{p.name.replace('-', '_')}"] = make_invariant(p, False)
     for p in reach:
         ns[f"reach_{p.name.replace('-', '_')}"] = make_invariant(p, True)
-    return type(f"Model_{release.name}_{scenario.name}".replace(".", "_").replace("-", "_")
+    name = scenario.name if fixed else "drawn"
+    return type(f"Model_{release.name}_{name}".replace(".", "_").replace("-", "_")
                 .replace("+", "_"), (RuleBasedStateMachine,), ns)
 
 
@@ -345,3 +374,68 @@ def _trace(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Trace:
 def check_all(release: Release, scenario: Scenario, props: Sequence[Property],
               profile: str = "ci") -> Dict[str, HypoVerdict]:
     return {p.name: check_property(release, scenario, p, profile) for p in props}
+
+
+# --------------------------------------------------------------- drawn scenarios
+
+EVENT_NAMES = ("client_abort", "retract", "preempt", "transfer_failure", "timeouts")
+
+
+def scenarios(max_requests: int = 6, max_prompt: int = 8, max_pool: int = 12,
+              events: bool = True) -> st.SearchStrategy:
+    """Scenarios beyond the exhaustive checker's bounds: more requests, longer
+    prompts, bigger pools, every option and event (decode ranks stay 1 until
+    issue #3 models them)."""
+    @st.composite
+    def draw(d):
+        n = d(st.integers(1, max_requests))
+        prompts = tuple(d(st.lists(st.integers(1, max_prompt), min_size=n, max_size=n)))
+
+        def worker(role: str) -> Worker:
+            pool = d(st.integers(1, max_pool))
+            return Worker(
+                pool_pages=pool, intake_limit_pages=d(st.integers(1, pool)),
+                auto_truncate=d(st.booleans()), kv_checksum=d(st.booleans()),
+                metadata_buffers=d(st.integers(1, n + 1)),
+                chunk_pages=d(st.integers(0, 3)) if role == "prefill" else 0,
+                radix_cache=d(st.booleans()) if role == "decode" else False)
+
+        prefill, decode = worker("prefill"), worker("decode")
+        ev = Events(**{k: (tuple(sorted(d(st.sets(st.integers(0, n - 1))))) if events else ())
+                       for k in EVENT_NAMES})
+        return Scenario(
+            name=f"drawn-{n}", prompt_pages=prompts, prefill=prefill, decode=decode,
+            optimistic_prefill_attempts=d(st.integers(0, 2)),
+            deferred_release=d(st.sampled_from([None, True, False])),
+            layouts_match=d(st.booleans()), sessions=d(st.booleans()),
+            events=ev, description="drawn by reqmodel.hypo.scenarios()")
+    return draw()
+
+
+@attrs.frozen
+class Finding:
+    property: str
+    scenario: Scenario
+    steps: Tuple[Step, ...]
+
+
+def find_in_drawn(release: Release, props: Sequence[Property], profile: str = "ci",
+                  strategy: Optional[st.SearchStrategy] = None) -> List[Finding]:
+    """Search drawn scenarios for violations, one property at a time: each run
+    stops at its first violation, which is minimised and recorded, and the
+    search goes on for the properties not yet found."""
+    remaining = [p for p in props if p.kind == "always"]
+    found: List[Finding] = []
+    strategy = strategy if strategy is not None else scenarios()
+    while remaining:
+        M = machine(release, strategy, remaining)
+        try:
+            run_state_machine_as_test(M, settings=profile_settings(profile, database=False))
+        except Violation as v:
+            prop = next(p for p in remaining if p.name == v.prop)
+            ctx = Ctx(release=release, scenario=v.scenario)
+            found.append(Finding(v.prop, v.scenario, minimise(ctx, prop, v.steps)))
+            remaining = [p for p in remaining if p.name != v.prop]
+            continue
+        break
+    return found
