@@ -821,20 +821,20 @@ def page_choices(s: State, need: int) -> Iterable[Tuple[int, ...]]:
         classes.setdefault((s.d_pages[p].writer is None, s.d_pages[p].writer or 0,
                             tuple(refs[p])), []).append(p)
     keys = sorted(classes)
-    out: List[Tuple[int, ...]] = []
 
-    def build(prefix: Tuple[int, ...], used: Dict[Tuple, int]) -> None:
+    def build(prefix: Tuple[int, ...], used: Dict[Tuple, int]):
         if len(prefix) == need:
-            out.append(prefix)
+            yield prefix
             return
         for k in keys:
             i = used.get(k, 0)
             if i < len(classes[k]):
                 used[k] = i + 1
-                build(prefix + (classes[k][i],), used)
+                yield from build(prefix + (classes[k][i],), used)
                 used[k] = i
-    build((), {})
-    return tuple(out)
+    # lazy: the count grows factorially with distinct page classes, and the
+    # Hypothesis engine samples from a bounded prefix of it
+    return build((), {})
 
 
 def _prealloc_need(c: Ctx, req: DecodeReq, prefix: int) -> int:
@@ -844,11 +844,9 @@ def _prealloc_need(c: Ctx, req: DecodeReq, prefix: int) -> int:
 def _prealloc_choices(c, s, r):
     req = s.d[r]
     prefixes = (0, 1) if _radix_hit_possible(c, req) else (0,)
-    out = []
     for prefix in prefixes:
         for pages in page_choices(s, _prealloc_need(c, req, prefix)):
-            out.append((prefix, pages))
-    return out
+            yield (prefix, pages)
 
 
 def _can_prealloc(c, s, r):
@@ -1018,7 +1016,7 @@ def _resumable(c, s, r):
 
 
 def _resume_choices(c, s, r):
-    return tuple((0, pages) for pages in page_choices(s, s.d[r].origin_pages))
+    return ((0, pages) for pages in page_choices(s, s.d[r].origin_pages))
 
 
 @action("decode", guard=_resumable, choices=_resume_choices, event="retract",

@@ -18,6 +18,7 @@ in ``notes/performance.md``.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -39,6 +40,10 @@ from .scenario import Events, Scenario, Worker
 # --------------------------------------------------------------- profiles
 
 DB_PATH = os.path.join(".hypothesis", "reqmodel")
+# choices sampled per allocation (page selections grow factorially with the
+# number of distinct free pages in drawn scenarios; the exhaustive engine
+# enumerates all of them)
+MAX_CHOICES = 256
 _COMMON = dict(deadline=None, stateful_step_count=80,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                       HealthCheck.data_too_large])
@@ -181,7 +186,8 @@ def machine(release: Release, scenario, props: Sequence[Property],
             r = data.draw(st.sampled_from(enabled_rids(self)), label="rid")
             arg = ()
             if a.choices is not None:
-                arg = data.draw(st.sampled_from(list(a.args(self.ctx, self.state, r))), label="arg")
+                options = list(itertools.islice(a.args(self.ctx, self.state, r), MAX_CHOICES))
+                arg = data.draw(st.sampled_from(options), label="arg")
             pre = self.state
             nxt, evs = a.effect(self.ctx, pre, r, arg)
             step = Step(a.name, r, tuple(arg))
@@ -319,8 +325,8 @@ def _repair(ctx: Ctx, s, step: Step) -> Optional[Step]:
     a = BY_NAME[step.action]
     if a.choices is None or not a.enabled(ctx, s, step.rid):
         return None
-    choices = list(a.args(ctx, s, step.rid))
-    return Step(step.action, step.rid, tuple(choices[0])) if choices else None
+    first = next(iter(a.args(ctx, s, step.rid)), None)
+    return Step(step.action, step.rid, tuple(first)) if first is not None else None
 
 
 @attrs.frozen
