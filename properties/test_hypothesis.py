@@ -47,16 +47,20 @@ FOUND_BY_CI = [
     ("no-foreign-kv-read", "incident", "0.5.19"),
     ("rejected-never-succeeds", "incident", "0.5.19"),
     ("pending-abort-not-overwritten", "incident", "0.5.19"),
+    ("no-late-result-side-effects", "late-result-unit", "0.5.19"),
     ("reject-acquires-nothing", "incident", "0.5.19"),
     ("reject-acquires-nothing", "incident", "0.5.20"),
+    ("release-exactly-once", "late-result-unit", "0.5.19"),
     ("aborted-not-preallocated", "decode-reject", "0.5.19"),
     ("aborted-not-preallocated", "decode-reject", "0.5.20"),
     ("rejected-never-succeeds", "both-reject", "0.5.19"),
     ("aborted-not-preallocated", "both-reject", "0.5.19"),
     ("aborted-not-preallocated", "both-reject", "0.5.20"),
-    ("no-foreign-kv-read", "auto-truncate", "0.5.19"),
+    ("no-foreign-kv-read", "auto-truncate", "0.5.20"),
     ("no-foreign-kv-read", "auto-truncate", "0.5.21"),
-    ("no-foreign-kv-read", "auto-truncate-checksum", "0.5.19"),
+    ("no-foreign-kv-read", "auto-truncate", "0.5.22"),
+    ("no-foreign-kv-read", "auto-truncate", "0.5.23"),
+    ("no-foreign-kv-read", "auto-truncate-checksum", "0.5.20"),
 ]
 
 

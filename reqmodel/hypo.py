@@ -124,7 +124,7 @@ def machine(release: Release, scenario, props: Sequence[Property],
         self._enabled: Dict[str, List[int]] = {}
         self._stale = 0
         self._answered = 0
-        self._delayed = frozenset()
+        self._delayed = {}
         self._events_on = frozenset()
         if fixed:
             setup(self, scenario)
@@ -140,31 +140,44 @@ def machine(release: Release, scenario, props: Sequence[Property],
         back while another goes all the way through (the incident's shape)."""
         if self.state is None:
             return {}
-        if self._enabled_for is not self.state:
-            ctx, n = self.ctx, self.n
+        key = (id(self.state), len(self.steps))
+        if self._enabled_for != key:
+            ctx, n, t = self.ctx, self.n, len(self.steps)
             full = {a.name: [r for r in range(n) if a.enabled(ctx, self.state, r)
                              and (a.event_flag is None or (a.event_flag, r) in self._events_on)]
                     for a in ACTIONS}
-            now = {k: [r for r in v if (k, r) not in self._delayed] for k, v in full.items()}
+            now = {k: [r for r in v if not self._held(k, r, t)] for k, v in full.items()}
             self._enabled = now if any(now.values()) else full
-            self._enabled_for = self.state
+            self._enabled_for = key
         return self._enabled
 
     ns["enabled_map"] = enabled_map
+
+    def _held(self, name, r, t) -> bool:
+        """A delayed pair is held until its release step (None: until nothing
+        else can move); events are delayed by (flag, request)."""
+        release_at = self._delayed.get((name, r), -1)
+        return release_at is None or t < release_at
+
+    ns["_held"] = _held
 
     def run_strategies(sc: Scenario):
         pairs = [(a.name, r) for a in ACTIONS if a.event_flag is None for r in range(sc.n)]
         events = sorted({(a.event_flag, r) for a in ACTIONS if a.event_flag is not None
                          for r in range(sc.n) if sc.events.on(a.event_flag, r)})
+        everything = pairs + [(a.name, r) for a in ACTIONS if a.event_flag is not None
+                              for r in range(sc.n)]
         return (st.sets(st.sampled_from(events)) if events else st.just(frozenset()),
-                st.sets(st.sampled_from(pairs), max_size=len(pairs)))
+                st.dictionaries(st.sampled_from(everything),
+                                st.one_of(st.none(), st.integers(0, 40)),
+                                max_size=len(everything)))
 
     def choose_run(self, events_on, delayed):
         """Per run: which scenario events may happen (interrupts such as
         client aborts would otherwise fire at almost every step), and which
         (action, request) pairs wait until nothing else can move."""
         self._events_on = frozenset(events_on)
-        self._delayed = frozenset(delayed)
+        self._delayed = dict(delayed)
         self._enabled_for = None
 
     if fixed:
