@@ -197,16 +197,14 @@ def promote(req) -> dict:
     return {}
 
 
-def validate_intake(sc_limit: int, auto_truncate: bool, prompt: int) -> dict:
+def validate_intake(worker, prompt: int) -> dict:
     """``validate_input_length`` (sch 2850/2990/3033/3119/3246) against the
     worker's own ``max_req_input_len``; on failure ``set_finish_with_abort``
     (sb 1927/2054/2130/2125/2221) or, with ``--allow-auto-truncate``, the cut
     of managers/utils.py 19:206-236."""
-    if prompt <= sc_limit:
-        return dict(origin_pages=prompt)
-    if auto_truncate:
-        return dict(origin_pages=sc_limit)
-    return dict(origin_pages=1, to_finish=ABORT_400, rejected=True)
+    if worker.rejects(prompt):
+        return dict(origin_pages=1, to_finish=ABORT_400, rejected=True)
+    return dict(origin_pages=min(prompt, worker.intake_limit_pages))
 
 
 def run_retire_cleanup(ctx: Ctx, req, steps: Tuple[str, ...]) -> dict:
@@ -236,8 +234,7 @@ def p_intake(c: Ctx, s: State, r: int, arg=()) -> Effect:
     validates the prompt against P's limit, then ``_add_request_to_queue``
     (sch 3018/3193/3266/3353/3480) dispatches it to the bootstrap door."""
     sc = c.scenario
-    fields = validate_intake(sc.prefill.intake_limit_pages, sc.prefill.auto_truncate,
-                             sc.prompt_pages[r])
+    fields = validate_intake(sc.prefill, sc.prompt_pages[r])
     s = set_p(s, r, stage=PStage.DOOR, session_slot=sc.sessions,
               cache_handle=c.release.has_cache_handle,
               requeues_left=sc.optimistic_prefill_attempts, **fields)
@@ -255,8 +252,7 @@ def d_intake(c: Ctx, s: State, r: int, arg=()) -> Effect:
     then ``_add_request_to_queue`` (sch 3018/3193/3266/3353/3480) dispatches to
     ``DecodePreallocQueue.add`` with ``is_retracted=False``."""
     sc = c.scenario
-    fields = validate_intake(sc.decode.intake_limit_pages, sc.decode.auto_truncate,
-                             sc.prompt_pages[r])
+    fields = validate_intake(sc.decode, sc.prompt_pages[r])
     s = set_d(s, r, stage=DStage.DOOR, session_slot=sc.sessions,
               cache_handle=c.release.has_cache_handle, **fields)
     return s, ()
@@ -1065,8 +1061,7 @@ def p_recompute(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = consume(s, s.msgs("recompute", r)[0])
     sc = c.scenario
     old = s.p[r]
-    fields = validate_intake(sc.prefill.intake_limit_pages, sc.prefill.auto_truncate,
-                             s.d[r].origin_pages)
+    fields = validate_intake(sc.prefill, s.d[r].origin_pages)
     fresh = PrefillReq(stage=PStage.DOOR, session_slot=sc.sessions,
                        cache_handle=c.release.has_cache_handle,
                        requeues_left=sc.optimistic_prefill_attempts, answer=old.answer,

@@ -75,17 +75,10 @@ def write(pending) -> None:
 # ------------------------------------------------------------------ cost
 
 
-def has_intake_reject(sc: Scenario) -> bool:
-    def rejects(w, n):
-        return n > w.intake_limit_pages and not w.auto_truncate
-    return any(rejects(sc.prefill, n) or rejects(sc.decode, n) for n in sc.prompt_pages)
-
-
 def rejected_requests(sc: Scenario) -> Tuple[int, ...]:
-    def rejects(w, n):
-        return n > w.intake_limit_pages and not w.auto_truncate
+    """Requests that some worker's intake rejects."""
     return tuple(r for r, n in enumerate(sc.prompt_pages)
-                 if rejects(sc.prefill, n) or rejects(sc.decode, n))
+                 if sc.prefill.rejects(n) or sc.decode.rejects(n))
 
 
 def with_timeouts(sc: Scenario) -> Scenario:
@@ -106,7 +99,7 @@ def _d_holds(s: State, r: int) -> bool:
 
 
 def _ended(s: State, r: int) -> bool:
-    return (s.p[r].stage in (PStage.GONE,) and not s.p[r].results_due
+    return (s.p[r].stage is PStage.GONE and not s.p[r].results_due
             and s.d[r].stage is DStage.GONE)
 
 
@@ -125,10 +118,8 @@ def measure(release: Release, sc: Scenario, max_states: int = DEFAULT_MAX_STATES
     * ``timeout_only``: requests that, from some reachable state, can end
       only through a timeout.
     """
-    from .properties import select
     scen = with_timeouts(sc)
-    ex = explore(release, scen, select(["valid-request-completes"]), max_states=max_states,
-                 stop_early=False, keep_graph=True)
+    ex = explore(release, scen, [], max_states=max_states, stop_early=False, keep_graph=True)
     G, states = ex.graph, ex.state_of
     n = sc.n
     own: Dict[str, Set[str]] = {"prefill": set(), "decode": set()}
@@ -178,13 +169,8 @@ def measure(release: Release, sc: Scenario, max_states: int = DEFAULT_MAX_STATES
             break
     for r in range(n):
         ended = [i for i, s in enumerate(states) if _ended(s, r)]
-        can_end = set(nx.multi_source_dijkstra_path_length(R, ended, weight=lambda *a: 0)) if ended else set()
-        can_end_free = set()
-        if ended:
-            for i in nx.bfs_tree(Rfree, ended[0]).nodes if len(ended) == 1 else _multi_bfs(Rfree, ended):
-                can_end_free.add(i)
-        if any(i in can_end and i not in can_end_free and not _ended(states[i], r)
-               for i in range(len(states))):
+        # states from which r can end at all, and without any timeout
+        if _can_reach(R, ended) - _can_reach(Rfree, ended):
             timeout_only.append(r)
     return {
         "states": ex.states,
@@ -195,12 +181,13 @@ def measure(release: Release, sc: Scenario, max_states: int = DEFAULT_MAX_STATES
     }
 
 
-def _multi_bfs(G: nx.DiGraph, sources) -> Set[int]:
-    seen = set(sources)
-    stack = list(sources)
+def _can_reach(R: nx.DiGraph, targets) -> Set[int]:
+    """Nodes with a path to some target, walking the reversed graph ``R``."""
+    seen = set(targets)
+    stack = list(targets)
     while stack:
         u = stack.pop()
-        for v in G.successors(u):
+        for v in R.successors(u):
             if v not in seen:
                 seen.add(v)
                 stack.append(v)
@@ -210,7 +197,7 @@ def _multi_bfs(G: nx.DiGraph, sources) -> Set[int]:
 def cost(prop: Proposal, scenarios: Sequence[Scenario], max_states: int = DEFAULT_MAX_STATES) -> dict:
     out = {}
     for sc in scenarios:
-        if not has_intake_reject(sc):
+        if not rejected_requests(sc):
             continue
         out[sc.name] = {"base": measure(prop.base, sc, max_states),
                         "proposal": measure(prop.release, prop.apply(sc), max_states)}

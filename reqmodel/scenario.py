@@ -39,6 +39,11 @@ class Worker:
     radix_cache: bool = False  # D only
     ranks: int = 1  # D only
 
+    def rejects(self, prompt_pages: int) -> bool:
+        """This worker's intake rejects the prompt (``validate_input_length``
+        fails and ``--allow-auto-truncate`` is off)."""
+        return prompt_pages > self.intake_limit_pages and not self.auto_truncate
+
 
 @attrs.frozen
 class Events:
