@@ -26,7 +26,7 @@ from . import guards as g
 from .guards import is_aborted
 from .releases import Release
 from .scenario import Scenario
-from .state import (ABORT_400, ABORT_500, LENGTH, DecodeReq, DStage, Finish, KVPoll,
+from .state import (ABORT_400, ABORT_500, D_TO_P, LENGTH, DecodeReq, DStage, Finish, KVPoll,
                     MetaSlot, Msg, Page, PrefillReq, PStage, Room, State, replace)
 
 
@@ -289,9 +289,6 @@ def p_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = set_p(s, r, stage=PStage.BOOTSTRAP, has_sender=True, pending_bootstrap=True)
     s = update_status(c, s, r, KVPoll.Bootstrapping)
     return s, (Event("acquire", r, "prefill", ("sender",)),)
-
-
-D_TO_P = ("metadata", "abort")  # one ZMQ connection per endpoint: FIFO (cc 21:1962-1967)
 
 
 def next_d_to_p(s: State, r: int) -> Optional[Msg]:
@@ -1066,7 +1063,7 @@ def p_recompute(c: Ctx, s: State, r: int, arg=()) -> Effect:
                        cache_handle=c.release.has_cache_handle,
                        requeues_left=sc.optimistic_prefill_attempts, answer=old.answer,
                        **{**fields, "rejected": old.rejected or fields.get("rejected", False)})
-    return attrs.evolve(s, p=s.p[:r] + (fresh,) + s.p[r + 1:]), ()
+    return replace(s, p=s.p[:r] + (fresh,) + s.p[r + 1:]), ()
 
 
 # ================================================================ client aborts

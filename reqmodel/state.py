@@ -202,6 +202,13 @@ class MetaSlot:
     covered_pages: int = 0
 
 
+# Message kinds that travel decode -> prefill on one cached ZMQ connection per
+# bootstrap endpoint (``send_metadata`` and ``receiver.abort``, cc 21:1962-1967,
+# 2050-2062): a FIFO channel.  The actions deliver them in order and symmetry
+# reduction must not reorder them.
+D_TO_P = ("metadata", "abort")
+
+
 @attrs.frozen(order=True, cache_hash=True)
 class Msg:
     """A message in flight.

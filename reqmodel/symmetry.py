@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
-from .state import Msg, Page, State, replace
+from .state import D_TO_P, Msg, Page, State, replace
 
 
 def _rename_rid(x, pi: Sequence[int]):
@@ -196,7 +196,7 @@ def _relabel(s: State, page_map: Dict[int, int], slot_map: Dict[int, int]) -> St
 def _msg_order(m: Msg):
     # stable sort: keeps the order inside a FIFO channel (decode->prefill:
     # metadata and abort; the transfer queue: chunks), orders channels and rooms
-    channel = "d2p" if m.kind in ("metadata", "abort") else m.kind
+    channel = "d2p" if m.kind in D_TO_P else m.kind
     return (m.rid, channel)
 
 
