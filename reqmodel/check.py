@@ -42,6 +42,18 @@ def trace_path(out: pathlib.Path, release: str, prop: str, scenario: str) -> pat
     return out / release / f"{prop}-{scenario}.itf.json"
 
 
+def _write_trace(v: Verdict, out: Optional[pathlib.Path], rel: Release, sc: Scenario,
+                 write_witnesses: bool, engine: str = "exhaustive",
+                 extra_meta: Optional[dict] = None) -> Optional[str]:
+    """Write a violation's counterexample (and, if asked, a reachability
+    witness) under ``out``; return its path."""
+    if v.trace is None or out is None or not (v.verdict == "violated" or write_witnesses):
+        return None
+    path = trace_path(out, rel.name, v.property, sc.name)
+    itf.write(path, v.trace, sc, engine=engine, extra_meta=extra_meta)
+    return str(path)
+
+
 def run(releases: Sequence[Release], scenarios: Sequence[Scenario], props: Sequence[Property],
         out: Optional[pathlib.Path], max_states: int = DEFAULT_MAX_STATES,
         progress=None, write_witnesses: bool = False) -> List[Result]:
@@ -56,14 +68,9 @@ def run(releases: Sequence[Release], scenarios: Sequence[Scenario], props: Seque
             ex = explore(rel, sc, props, max_states=max_states, keep_graph=False)
             for p in props:
                 v = ex.verdicts[p.name]
-                path = None
-                if v.trace is not None and out is not None and (
-                        v.verdict == "violated" or write_witnesses):
-                    path = trace_path(out, rel.name, p.name, sc.name)
-                    itf.write(path, v.trace, sc)
+                path = _write_trace(v, out, rel, sc, write_witnesses)
                 results.append(Result(rel.name, sc.name, p.name, p.kind, v.verdict,
-                                      v.trace_length, None if path is None else str(path),
-                                      ex.states, ex.seconds))
+                                      v.trace_length, path, ex.states, ex.seconds))
             if progress is not None:
                 progress(sc, rel, ex)
     return results
@@ -81,16 +88,12 @@ def run_hypothesis(releases: Sequence[Release], scenarios: Sequence[Scenario],
             for p in props:
                 hv = hypo.check_property(rel, sc, p, profile)
                 v = hv.verdict
-                path = None
-                if v.trace is not None and out is not None and (
-                        v.verdict == "violated" or write_witnesses):
-                    path = trace_path(out, rel.name, p.name, sc.name)
-                    itf.write(path, v.trace, sc, engine="hypothesis",
-                              extra_meta={"profile": profile, "examples": hv.examples,
-                                          "hypothesis_length": hv.shrunk_length})
+                path = _write_trace(v, out, rel, sc, write_witnesses, engine="hypothesis",
+                                    extra_meta={"profile": profile, "examples": hv.examples,
+                                                "hypothesis_length": hv.shrunk_length})
                 results.append(Result(rel.name, sc.name, p.name, p.kind, v.verdict,
-                                      v.trace_length, None if path is None else str(path),
-                                      None, hv.seconds, "hypothesis", hv.examples, hv.steps))
+                                      v.trace_length, path, None, hv.seconds, "hypothesis",
+                                      hv.examples, hv.steps))
             if progress is not None:
                 progress(sc, rel, None)
     return results

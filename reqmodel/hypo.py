@@ -31,11 +31,11 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
                                  rule, run_state_machine_as_test)
 from hypothesis.strategies._internal.featureflags import FeatureFlags
 
-from .actions import ACTIONS, Ctx, Step, apply, initial_state
-from .explore import Trace, Verdict
+from .actions import ACTIONS, BY_NAME, Ctx, Step, apply, initial_state
+from .explore import Trace, Verdict, replay
 from .properties import Property
 from .releases import Release
-from .scenario import Events, Scenario, Worker
+from .scenario import EVENT_NAMES, Events, Scenario, Worker
 
 # --------------------------------------------------------------- profiles
 
@@ -267,60 +267,48 @@ def answered(s) -> int:
 # --------------------------------------------------------------- search
 
 
-def breaks(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Optional[int]:
-    """Replay ``steps`` (skipping any that are not enabled) and return how many
-    steps were applied when ``prop`` first broke (or its good state was
-    reached), or None."""
+def until_hit(ctx: Ctx, prop: Property, steps: Sequence[Step],
+              repair: bool = False) -> Optional[Tuple[Step, ...]]:
+    """Replay ``steps``, skipping those the model does not enable (or, with
+    ``repair``, giving a step whose recorded choice is gone the first choice
+    that exists), and return the steps applied up to the one where ``prop``
+    is hit (broken, or its good state reached); None if it never is."""
     s = initial_state(ctx.scenario)
     if prop.kind == "sometimes" and prop.holds_in(s):
-        return 0
-    applied = 0
+        return ()
+    out = []
     for step in steps:
         res = apply(ctx, s, step)
+        if res is None and repair:
+            step = _repair(ctx, s, step)
+            res = None if step is None else apply(ctx, s, step)
         if res is None:
             continue
+        out.append(step)
         nxt, evs = res
-        applied += 1
-        if prop.kind == "sometimes":
-            if prop.holds_in(nxt):
-                return applied
-        elif not prop.holds_in(nxt) or not prop.holds_on(s, step, evs, nxt):
-            return applied
+        if prop.hit(s, step, evs, nxt):
+            return tuple(out)
         s = nxt
     return None
+
+
+def breaks(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Optional[int]:
+    """How many of ``steps`` apply before ``prop`` is hit, or None."""
+    hit = until_hit(ctx, prop, steps)
+    return None if hit is None else len(hit)
 
 
 def minimise(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Tuple[Step, ...]:
     """Delta debugging over replay: drop steps (chunks, then single steps)
     while the property still breaks; cut after the breaking step."""
-    def effective(seq):
-        """The steps that actually apply, up to the break."""
-        s = initial_state(ctx.scenario)
-        out = []
-        for step in seq:
-            res = apply(ctx, s, step)
-            if res is None:
-                step = _repair(ctx, s, step)
-                res = None if step is None else apply(ctx, s, step)
-            if res is None:
-                continue
-            out.append(step)
-            nxt, evs = res
-            done = (prop.holds_in(nxt) if prop.kind == "sometimes"
-                    else (not prop.holds_in(nxt) or not prop.holds_on(s, step, evs, nxt)))
-            s = nxt
-            if done:
-                return tuple(out)
-        return None
-
-    cur = effective(steps)
+    cur = until_hit(ctx, prop, steps, repair=True)
     assert cur is not None, "the steps do not break the property"
     chunk = max(1, len(cur) // 2)
     while chunk >= 1:
         i = 0
         changed = False
         while i < len(cur):
-            cand = effective(cur[:i] + cur[i + chunk:])
+            cand = until_hit(ctx, prop, cur[:i] + cur[i + chunk:], repair=True)
             if cand is not None and len(cand) < len(cur):
                 cur = cand
                 changed = True
@@ -334,7 +322,6 @@ def minimise(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Tuple[Step, ...
 def _repair(ctx: Ctx, s, step: Step) -> Optional[Step]:
     """A step whose recorded choice no longer exists (a deletion changed which
     pages are free) takes the first choice that does, if the action is enabled."""
-    from .actions import BY_NAME
     a = BY_NAME[step.action]
     if a.choices is None or not a.enabled(ctx, s, step.rid):
         return None
@@ -378,27 +365,14 @@ def check_property(release: Release, scenario: Scenario, prop: Property,
 
 
 def _trace(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Trace:
-    s = initial_state(ctx.scenario)
-    states, events = [s], []
-    for step in steps:
-        s, evs = apply(ctx, s, step)
-        states.append(s)
-        events.append(evs)
+    states, events, _ = replay(ctx.release, ctx.scenario, steps)
     kind = "reached" if prop.kind == "sometimes" else (
         "state" if not prop.holds_in(states[-1]) else "transition")
     return Trace(release=ctx.release.name, scenario=ctx.scenario.name, property=prop.name,
                  steps=tuple(steps), states=tuple(states), events=tuple(events), violation=kind)
 
 
-def check_all(release: Release, scenario: Scenario, props: Sequence[Property],
-              profile: str = "ci") -> Dict[str, HypoVerdict]:
-    return {p.name: check_property(release, scenario, p, profile) for p in props}
-
-
 # --------------------------------------------------------------- drawn scenarios
-
-EVENT_NAMES = ("client_abort", "retract", "preempt", "transfer_failure", "timeouts")
-
 
 def scenarios(max_requests: int = 6, max_prompt: int = 8, max_pool: int = 12,
               events: bool = True) -> st.SearchStrategy:

@@ -40,6 +40,13 @@ class Property:
     def holds_on(self, pre: State, step: Step, evs, post: State) -> bool:
         return self.transition(pre, step, evs, post) if self.transition else True
 
+    def hit(self, pre: State, step: Step, evs, post: State) -> bool:
+        """The step breaks this safety property, or reaches this reachability
+        property's good state."""
+        if self.kind == "sometimes":
+            return self.holds_in(post)
+        return not self.holds_in(post) or not self.holds_on(pre, step, evs, post)
+
 
 CATALOG: Dict[str, Property] = {}
 

@@ -86,13 +86,11 @@ def run(loaded: Loaded) -> Outcome:
         reached = any(p.holds_in(s) for s in states)
         violated = not reached
     else:
-        for i, s in enumerate(states):
-            if not p.holds_in(s):
-                at = i
-                break
-            if i < len(events) and not p.holds_on(s, loaded.steps[i], events[i], states[i + 1]):
-                at = i + 1
-                break
+        if not p.holds_in(states[0]):
+            at = 0
+        else:
+            at = next((i + 1 for i in range(len(events))
+                       if p.hit(states[i], loaded.steps[i], events[i], states[i + 1])), None)
         violated = at is not None
     return Outcome(p.name, loaded.release.name, len(loaded.steps), len(states) - 1,
                    None if disabled is None else disabled + 1, violated, at,

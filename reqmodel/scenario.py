@@ -97,7 +97,8 @@ _DECODE = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
            "metadata_buffers", "radix_cache", "ranks"}
 _OPTIONS = {"optimistic_prefill_attempts", "deferred_release", "layouts_match",
             "sessions", "hybrid_mamba", "result_timing"}
-_EVENTS = {f.name for f in attrs.fields(Events)}
+EVENT_NAMES = tuple(f.name for f in attrs.fields(Events))
+_EVENTS = set(EVENT_NAMES)
 
 
 def _check_keys(where: str, table: Dict[str, Any], allowed: set) -> None:
