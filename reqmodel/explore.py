@@ -103,12 +103,15 @@ def symmetry_classes(sc: Scenario) -> Tuple[int, ...]:
 
 def explore(release: Release, scenario: Scenario, props: Sequence[Property],
             max_states: int = DEFAULT_MAX_STATES, stop_early: bool = True,
-            keep_graph: bool = True, symmetry: bool = True) -> Exploration:
+            keep_graph: bool = True, symmetry: bool = True,
+            edge_events: bool = False) -> Exploration:
     """Explore the reachable states of ``scenario`` under ``release``.
 
     With ``stop_early`` the search ends once every property has a verdict that
     further search cannot change (every safety property violated, every
     reachability property reached); otherwise it exhausts the space.
+    With ``edge_events`` each graph edge also keeps the step's events (the
+    cost analysis of ``reqmodel guard`` reads them; nothing else pays for it).
     """
     ctx = Ctx(release=release, scenario=scenario)
     classes = symmetry_classes(scenario)
@@ -171,7 +174,10 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
                         "--max-states if the machine has the memory")
             edges += 1
             if graph is not None:
-                graph.add_edge(u, v, step=step, events=evs)
+                if edge_events:
+                    graph.add_edge(u, v, step=step, events=evs)
+                else:
+                    graph.add_edge(u, v, step=step)
     seconds = time.perf_counter() - t0
 
     verdicts: Dict[str, Verdict] = {}

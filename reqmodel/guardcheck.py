@@ -119,7 +119,8 @@ def measure(release: Release, sc: Scenario, max_states: int = DEFAULT_MAX_STATES
       only through a timeout.
     """
     scen = with_timeouts(sc)
-    ex = explore(release, scen, [], max_states=max_states, stop_early=False, keep_graph=True)
+    ex = explore(release, scen, [], max_states=max_states, stop_early=False, keep_graph=True,
+                 edge_events=True)
     G, states = ex.graph, ex.state_of
     n = sc.n
     own: Dict[str, Set[str]] = {"prefill": set(), "decode": set()}
