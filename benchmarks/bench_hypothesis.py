@@ -2,7 +2,8 @@
 exhaustive one, on every violated cell of the verdict table.
 
 For each cell: does Hypothesis (profile ``ci`` by default) find it, in how many
-examples and seconds, how long was the failing run it found, how long after
+examples (test cases), runs (of the scenario; a test case holds several) and
+seconds, how long was the failing run it found, how long after
 ``minimise``, and the exhaustive engine's shortest length.  Usage::
 
     python benchmarks/bench_hypothesis.py --markdown [--profile ci]
@@ -33,15 +34,16 @@ def main():
     ap.add_argument("--profile", default="ci")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
-    print("| property | scenario | release | found | examples | s | run length | minimised | exhaustive |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    print("| property | scenario | release | found | examples | runs | s | run length | minimised "
+          "| exhaustive |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
     for prop, sc_name, rel in cells():
         sc = scenario.builtin(sc_name)
         p = properties.CATALOG[prop]
         ex = explore.explore(releases.get(rel), sc, [p], keep_graph=False)
         hv = hypo.check_property(releases.get(rel), sc, p, args.profile, database=False)
         found = hv.verdict.verdict == "violated"
-        print(f"| `{prop}` | {sc_name} | {rel} | {'yes' if found else '**no**'} | {hv.examples} | "
+        print(f"| `{prop}` | {sc_name} | {rel} | {'yes' if found else '**no**'} | {hv.examples} | {hv.runs} | "
               f"{hv.seconds:.1f} | {hv.shrunk_length or '—'} | {hv.verdict.trace_length or '—'} | "
               f"{ex.verdicts[prop].trace_length} |", flush=True)
 

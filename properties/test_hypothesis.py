@@ -56,11 +56,17 @@ FOUND_BY_CI = [
     ("rejected-never-succeeds", "both-reject", "0.5.19"),
     ("aborted-not-preallocated", "both-reject", "0.5.19"),
     ("aborted-not-preallocated", "both-reject", "0.5.20"),
+    ("no-foreign-kv-read", "auto-truncate", "0.5.19"),
     ("no-foreign-kv-read", "auto-truncate", "0.5.20"),
     ("no-foreign-kv-read", "auto-truncate", "0.5.21"),
     ("no-foreign-kv-read", "auto-truncate", "0.5.22"),
     ("no-foreign-kv-read", "auto-truncate", "0.5.23"),
+    ("no-foreign-kv-read", "auto-truncate-checksum", "0.5.19"),
     ("no-foreign-kv-read", "auto-truncate-checksum", "0.5.20"),
+    ("aborted-not-preallocated", "pause-abort", "0.5.20"),
+    ("aborted-not-preallocated", "pause-abort", "0.5.21"),
+    ("aborted-not-preallocated", "pause-abort", "0.5.22"),
+    ("aborted-not-preallocated", "pause-abort", "0.5.23"),
 ]
 
 

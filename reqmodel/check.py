@@ -27,6 +27,7 @@ class Result:
     engine: str = "exhaustive"
     examples: Optional[int] = None  # hypothesis: test cases run
     steps: Optional[int] = None  # hypothesis: model steps executed
+    runs: Optional[int] = None  # hypothesis: runs of the scenario (several per test case)
 
     def as_json(self) -> dict:
         out = {"release": self.release, "scenario": self.scenario, "property": self.property,
@@ -34,7 +35,8 @@ class Result:
                "trace_file": self.trace_file, "states": self.states,
                "seconds": round(self.seconds, 3)}
         if self.engine == "hypothesis":
-            out.update(engine="hypothesis", examples=self.examples, steps=self.steps)
+            out.update(engine="hypothesis", examples=self.examples, runs=self.runs,
+                       steps=self.steps)
         return out
 
 
@@ -89,11 +91,11 @@ def run_hypothesis(releases: Sequence[Release], scenarios: Sequence[Scenario],
                 hv = hypo.check_property(rel, sc, p, profile)
                 v = hv.verdict
                 path = _write_trace(v, out, rel, sc, write_witnesses, engine="hypothesis",
-                                    extra_meta={"profile": profile, "examples": hv.examples,
+                                    extra_meta={"profile": profile, "examples": hv.examples, "runs": hv.runs,
                                                 "hypothesis_length": hv.shrunk_length})
                 results.append(Result(rel.name, sc.name, p.name, p.kind, v.verdict,
                                       v.trace_length, path, None, hv.seconds, "hypothesis",
-                                      hv.examples, hv.steps))
+                                      hv.examples, hv.steps, hv.runs))
             if progress is not None:
                 progress(sc, rel, None)
     return results

@@ -142,7 +142,9 @@ def check(release, scenario_names, scenario_files, prop_names, engine, hprofile,
     if engine == "hypothesis":
         ex = sum(r.examples or 0 for r in results)
         st_ = sum(r.steps or 0 for r in results)
-        stdout.print(f"hypothesis ({hprofile}): {ex:,} examples, {st_:,} steps; (n) = length of "
+        runs = sum(r.runs or 0 for r in results)
+        stdout.print(f"hypothesis ({hprofile}): {ex:,} examples, {runs:,} runs, {st_:,} steps; "
+                     "(n) = length of "
                      "the minimised counterexample; 'holds' = none found within the budget")
     else:
         stdout.print("(n) = length of the shortest counterexample, or of the shortest path to "

@@ -9,6 +9,11 @@ each rule, and a reachability property is searched for as the failure of
 "the good state never happens". Nothing of the protocol is written here:
 adding an action to the model adds a rule.
 
+One more rule, ``start``, begins a *run* of the scenario: it draws the run's
+schedule (when each scenario event is due, which threads and actions wait;
+see ``enabled_map``), and fires again whenever the run can no longer move,
+so a test case of ``stateful_step_count`` steps holds several runs.
+
 A failing example is shrunk by Hypothesis, then minimised once more by delta
 debugging over replay (``minimise``): Hypothesis shrinks the *program*, and a
 step that the model no longer enables after a deletion is simply skipped, so
@@ -18,6 +23,7 @@ in ``notes/performance.md``.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import time
@@ -27,7 +33,7 @@ import attrs
 from hypothesis import HealthCheck, Phase, settings, target
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
-from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
+from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,
                                  rule, run_state_machine_as_test)
 from hypothesis.strategies._internal.featureflags import FeatureFlags
 
@@ -44,6 +50,14 @@ DB_PATH = os.path.join(".hypothesis", "reqmodel")
 # number of distinct free pages in drawn scenarios; the exhaustive engine
 # enumerates all of them)
 MAX_CHOICES = 256
+# an event's timer is drawn in [0, EVENT_HORIZON] steps of its request; a
+# request's whole life on both workers takes 10 to 20 steps in the built-in
+# scenarios
+EVENT_HORIZON = 10
+WORKER = {a.name: "D" if a.name.startswith("d_") else "P" for a in ACTIONS}
+THREADS = ("P", "D", "X")  # a request's prefill side, decode side, KV transfer
+THREAD = {a.name: "X" if a.actor == "transfer" else WORKER[a.name] for a in ACTIONS}
+EVENT_ACTIONS = frozenset(a.name for a in ACTIONS if a.event_flag is not None)
 _COMMON = dict(deadline=None, stateful_step_count=80,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                       HealthCheck.data_too_large])
@@ -78,6 +92,13 @@ def register_profiles() -> None:
 # --------------------------------------------------------------- machine
 
 
+@functools.lru_cache(maxsize=None)
+def index(n: int) -> st.SearchStrategy:
+    """Pick one of n (built once per n: building a strategy per step costs
+    more than the model's step)."""
+    return st.integers(0, n - 1)
+
+
 class Violation(AssertionError):
     """A property broke; carries the steps that broke it."""
 
@@ -91,6 +112,7 @@ class Violation(AssertionError):
 @attrs.define
 class Stats:
     examples: int = 0
+    runs: int = 0
     steps: int = 0
 
 
@@ -110,6 +132,8 @@ def machine(release: Release, scenario, props: Sequence[Property],
         self.ctx = Ctx(release=release, scenario=sc)
         self.n = sc.n
         self.state = initial_state(sc)
+        self.steps = []
+        self._progress = {(w, r): 0 for w in ("P", "D") for r in range(sc.n)}
         self._enabled_for = None
 
     def __init__(self):
@@ -125,29 +149,44 @@ def machine(release: Release, scenario, props: Sequence[Property],
         self._stale = 0
         self._answered = 0
         self._delayed = {}
-        self._events_on = frozenset()
-        if fixed:
-            setup(self, scenario)
+        self._timers = {}
         stats.examples += 1
 
     ns = {"__init__": __init__}
 
+    def broke(self, p: Property) -> None:
+        raise Violation(p.name, tuple(self.steps), self.scenario)
+
     def enabled_map(self) -> Dict[str, List[int]]:
         """action -> requests it may fire for now, computed once per state.
 
-        Delayed (action, request) pairs fire only when nothing else can: a
-        progress-preserving swarm over pairs, so a run can hold one request
-        back while another goes all the way through (the incident's shape)."""
+        Three tiers, drawn per run (``choose_run``):
+        * an event whose timer has run out is *due*: due events fire before
+          anything else, at the first step where their guard allows, so an
+          interrupt lands at a precise point of its request's life;
+        * delayed (action, request) pairs wait until their release step (or,
+          with no release step, until nothing else can move): a progress-
+          preserving swarm over pairs, so one request can be held back while
+          another goes all the way through (the incident's shape);
+        * everything else is uniform.
+        When nothing in the first two tiers can move, anything enabled may,
+        early events included: a run ends only where the model is stuck."""
         if self.state is None:
             return {}
         key = (id(self.state), len(self.steps))
         if self._enabled_for != key:
             ctx, n, t = self.ctx, self.n, len(self.steps)
             full = {a.name: [r for r in range(n) if a.enabled(ctx, self.state, r)
-                             and (a.event_flag is None or (a.event_flag, r) in self._events_on)]
+                             and (a.event_flag is None or (a.name, r) in self._timers)]
                     for a in ACTIONS}
-            now = {k: [r for r in v if not self._held(k, r, t)] for k, v in full.items()}
-            self._enabled = now if any(now.values()) else full
+            due = {k: [r for r in v if self._due(k, r)] for k, v in full.items()
+                   if k in EVENT_ACTIONS}
+            if any(due.values()):
+                self._enabled = due
+            else:
+                now = {k: [r for r in v if k not in EVENT_ACTIONS and not self._held(k, r, t)]
+                       for k, v in full.items()}
+                self._enabled = now if any(now.values()) else full
             self._enabled_for = key
         return self._enabled
 
@@ -155,63 +194,89 @@ def machine(release: Release, scenario, props: Sequence[Property],
 
     def _held(self, name, r, t) -> bool:
         """A delayed pair is held until its release step (None: until nothing
-        else can move); events are delayed by (flag, request)."""
-        release_at = self._delayed.get((name, r), -1)
-        return release_at is None or t < release_at
+        else can move)."""
+        for key in ((name, r), (THREAD[name], r)):
+            release_at = self._delayed.get(key, -1)
+            if release_at is None or t < release_at:
+                return True
+        return False
 
     ns["_held"] = _held
 
+    def _due(self, name, r) -> bool:
+        """An event's timer counts its request's own steps (its progress
+        through the lifecycle, whatever the other requests do)."""
+        at = self._timers.get((name, r))
+        return at is not None and self._progress[(WORKER[name], r)] >= at
+
+    ns["_due"] = _due
+
+    @functools.lru_cache(maxsize=64)
     def run_strategies(sc: Scenario):
         pairs = [(a.name, r) for a in ACTIONS if a.event_flag is None for r in range(sc.n)]
-        events = sorted({(a.event_flag, r) for a in ACTIONS if a.event_flag is not None
-                         for r in range(sc.n) if sc.events.on(a.event_flag, r)})
-        everything = pairs + [(a.name, r) for a in ACTIONS if a.event_flag is not None
-                              for r in range(sc.n)]
-        return (st.sets(st.sampled_from(events)) if events else st.just(frozenset()),
-                st.dictionaries(st.sampled_from(everything),
-                                st.one_of(st.none(), st.integers(0, 40)),
-                                max_size=len(everything)))
+        threads = [(w, r) for w in THREADS for r in range(sc.n)]
+        events = [(a.name, r) for a in ACTIONS if a.event_flag is not None
+                  for r in range(sc.n) if sc.events.on(a.event_flag, r)]
+        timer = st.integers(0, EVENT_HORIZON + 1)
+        release = st.one_of(st.none(), st.integers(0, 40))
+        return (st.fixed_dictionaries({e: timer for e in events}),
+                st.tuples(st.dictionaries(st.sampled_from(threads), release,
+                                          max_size=len(threads)),
+                          st.dictionaries(st.sampled_from(pairs), release,
+                                          max_size=len(pairs))).map(
+                    lambda t: {**t[0], **t[1]}))
 
-    def choose_run(self, events_on, delayed):
-        """Per run: which scenario events may happen (interrupts such as
-        client aborts would otherwise fire at almost every step), and which
-        (action, request) pairs wait until nothing else can move."""
-        self._events_on = frozenset(events_on)
+    def choose_run(self, timers, delayed):
+        """Per run: when each scenario event is due (an event whose timer is
+        past EVENT_HORIZON fires only when nothing else can move; interrupts
+        such as client aborts would otherwise fire at almost every step), and
+        which threads (a request's prefill, decode or transfer side) and
+        (action, request) pairs wait."""
+        self._timers = dict(timers)
         self._delayed = dict(delayed)
         self._enabled_for = None
 
-    if fixed:
-        ev_s, delay_s = run_strategies(scenario)
-        ns["choose_run"] = initialize(events_on=ev_s, delayed=delay_s)(choose_run)
-    else:
-        def draw_run(self, data):
-            """Draw the scenario, then the run's events and delays."""
-            setup(self, data.draw(scenario, label="scenario"))
-            ev_s, delay_s = run_strategies(self.scenario)
-            choose_run(self, data.draw(ev_s, label="events"), data.draw(delay_s, label="delayed"))
-        ns["draw_run"] = initialize(data=st.data())(draw_run)
+    def quiescent(self):
+        return self.state is not None and not any(self.enabled_map().values())
+
+    def start(self, data):
+        """Start a run: draw its scenario (unless fixed), events and delays.
+        A run that can no longer move starts over, so one Hypothesis example
+        holds several runs (``stateful_step_count`` steps in all): a run takes
+        10 to 30 steps, and the rest of the example would be idle."""
+        setup(self, scenario if fixed else data.draw(scenario, label="scenario"))
+        ev_s, delay_s = run_strategies(self.scenario)
+        choose_run(self, data.draw(ev_s, label="events"), data.draw(delay_s, label="delayed"))
+        stats.runs += 1
+
+    ns["start"] = precondition(lambda self: self.state is None or quiescent(self))(
+        rule(data=st.data())(start))
 
     def make_rule(a):
         def enabled_rids(self):
             return self.enabled_map().get(a.name, [])
 
         def fire(self, data):
-            r = data.draw(st.sampled_from(enabled_rids(self)), label="rid")
+            rids = enabled_rids(self)
+            r = rids[data.draw(index(len(rids)), label="rid")]
             arg = ()
             if a.choices is not None:
                 options = list(itertools.islice(a.args(self.ctx, self.state, r), MAX_CHOICES))
-                arg = data.draw(st.sampled_from(options), label="arg")
+                arg = options[data.draw(index(len(options)), label="arg")]
             pre = self.state
             nxt, evs = a.effect(self.ctx, pre, r, arg)
             step = Step(a.name, r, tuple(arg))
             self.steps.append(step)
             stats.steps += 1
+            self._progress[(WORKER[a.name], r)] += 1
+            if a.event_flag is not None:
+                self._timers.pop((a.name, r), None)  # an event is due once
             self.state = nxt
             self._stale = max(self._stale, stale_reserved(nxt))
             self._answered = max(self._answered, answered(nxt))
             for p in trans:
                 if not p.holds_on(pre, step, evs, nxt):
-                    raise Violation(p.name, tuple(self.steps), self.scenario)
+                    return broke(self, p)
         fire.__name__ = fire.__qualname__ = a.name  # before decorating: rules print by name
         return precondition(lambda self: bool(enabled_rids(self)))(rule(data=st.data())(fire))
 
@@ -227,13 +292,6 @@ def machine(release: Release, scenario, props: Sequence[Property],
 
     ns["teardown"] = teardown
 
-    def quiescent(self):
-        return self.state is not None and not any(self.enabled_map().values())
-
-    def idle(self):
-        """Nothing is enabled (every request has ended or waits forever)."""
-    ns["idle"] = precondition(quiescent)(rule()(idle))
-
     def make_invariant(p, good_is_failure: bool):
         @invariant()
         def check(self):
@@ -241,7 +299,7 @@ def machine(release: Release, scenario, props: Sequence[Property],
                 return
             ok = p.holds_in(self.state)
             if ok == good_is_failure:  # safety: not ok; reachability: reached
-                raise Violation(p.name, tuple(self.steps), self.scenario)
+                broke(self, p)
         check.__name__ = f"inv_{p.name.replace('-', '_')}"
         return check
 
@@ -334,8 +392,9 @@ class HypoVerdict:
     verdict: Verdict
     examples: int
     steps: int
-    shrunk_length: Optional[int]  # Hypothesis' own shrunk length, before minimise
+    shrunk_length: Optional[int]  # the failing run's length, before minimise
     seconds: float
+    runs: int = 0
 
 
 def check_property(release: Release, scenario: Scenario, prop: Property,
@@ -356,12 +415,12 @@ def check_property(release: Release, scenario: Scenario, prop: Property,
     if found is None:
         verdict = "violated" if prop.kind == "sometimes" else "holds"
         return HypoVerdict(Verdict(prop.name, prop.kind, verdict), stats.examples, stats.steps,
-                           None, seconds)
+                           None, seconds, stats.runs)
     steps = minimise(ctx, prop, found.steps)
     trace = _trace(ctx, prop, steps)
     verdict = "holds" if prop.kind == "sometimes" else "violated"
     return HypoVerdict(Verdict(prop.name, prop.kind, verdict, trace), stats.examples,
-                       stats.steps, len(found.steps), seconds)
+                       stats.steps, len(found.steps), seconds, stats.runs)
 
 
 def _trace(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Trace:
