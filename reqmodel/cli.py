@@ -28,9 +28,11 @@ class UserError(Exception):
 
 
 from .proposal import ProposalError  # noqa: E402
+from .conform import ConformError  # noqa: E402
 
 _USER_ERRORS = (UserError, sc_mod.ScenarioError, rel_mod.ReleaseError,
-                props_mod.PropertyError, TraceFileError, BoundExceeded, ProposalError)
+                props_mod.PropertyError, TraceFileError, BoundExceeded, ProposalError,
+                ConformError)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -369,6 +371,76 @@ def releases_cmd() -> None:
         table.add_row(gp, *[getattr(r, gp).__name__.replace(gp + "_", "")
                             for r in rel_mod.RELEASES.values()])
     _console().print(table)
+
+
+@cli.command("conform")
+@click.option("--release", "release", default="all", show_default=True,
+              help="The SGLang release whose code runs: a release, a list, or 'all'.")
+@click.option("--model-release", "model_release", default=None,
+              help="Predict with this release's model instead of the same release's "
+                   "(the check must then report mismatches where behaviour differs).")
+@click.option("--setup", "do_setup", is_flag=True,
+              help="Create or complete the conformance environment (idempotent), then stop.")
+@click.option("--dir", "root", type=click.Path(file_okay=False), default=None,
+              help="The conformance environment (default .conform, or REQMODEL_CONFORM_DIR).")
+@click.option("--cases", "target", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Model-generated cases per release, at least.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--show", "show", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Mismatches printed per release, side by side.")
+def conform_cmd(release, model_release, do_setup, root, target, as_json, show) -> None:
+    """Replay the model's seam steps against the real released SGLang code.
+
+    Cases are the model's own transitions at the doors and at intake (every
+    reachable state of the built-in scenarios, plus walks on drawn scenarios);
+    each runs on the real code of the release, and the observable effects are
+    compared with the model's prediction. Exit status 1 when any mismatch."""
+    from . import conform
+    root_path = pathlib.Path(root) if root else conform.DEFAULT_DIR
+    rels = rel_mod.resolve(release)
+    model = rel_mod.get(model_release) if model_release else None
+    if do_setup:
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                      console=Console(stderr=True), transient=not sys.stderr.isatty()) as bar:
+            task = bar.add_task("conformance environment", total=None)
+            conform.setup(root_path, [r.name for r in rels],
+                          step=lambda msg: bar.update(task, description=msg))
+        click.echo(f"conformance environment ready in {root_path} for "
+                   f"{', '.join(r.name for r in rels)}")
+        return
+    outcomes = []
+    for rel in rels:
+        outcomes.append(conform.run(root_path, rel, model or rel, target))
+    if as_json:
+        click.echo(json.dumps({"results": [o.as_json() for o in outcomes]}, indent=1))
+    else:
+        console = _console()
+        table = Table(title="conformance: model prediction vs real code")
+        for col in ("release (code)", "model", "scenarios", "mismatches", "seconds"):
+            table.add_column(col)
+        for o in outcomes:
+            table.add_row(o.release, o.model_release, f"{o.scenarios:,}",
+                          f"[bold red]{len(o.mismatches)}[/]" if o.mismatches else "[green]0[/]",
+                          f"{o.seconds:.1f}")
+        console.print(table)
+        for o in outcomes:
+            for m in o.mismatches[:show]:
+                console.print(f"[bold]{o.release}[/] vs model {o.model_release}: {m.seam} "
+                              f"from {m.origin}")
+                console.print(f"  inputs {json.dumps(m.inputs, sort_keys=True)}")
+                keys = sorted(set(m.model) | set(m.real))
+                side = Table(show_header=True, box=None, padding=(0, 2))
+                side.add_column("observable")
+                side.add_column("model")
+                side.add_column("real code")
+                for k in keys:
+                    mv, rv = m.model.get(k), m.real.get(k)
+                    style = "" if mv == rv else "[bold red]"
+                    side.add_row(k, f"{style}{mv}", f"{style}{rv}")
+                console.print(side)
+    if any(o.mismatches for o in outcomes):
+        sys.exit(1)
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -69,3 +69,14 @@ def test_listing_commands(tmp_path):
                         ("releases", "unadmitted_reject")):
         r = run(cmd, cwd=tmp_path)
         assert r.returncode == 0 and expect in r.stdout
+
+
+def test_conform_errors_are_one_line(tmp_path):
+    r = run("conform", "--release", "0.5.99", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "unknown release '0.5.99'" in r.stderr
+    r = run("conform", "--release", "0.5.21", "--dir", str(tmp_path / "none"), cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert "reqmodel conform --setup --release 0.5.21" in r.stderr
+    r = run("conform", "--release", "0.5.21", "--model-release", "9", cwd=tmp_path)
+    assert r.returncode == 2 and "unknown release '9'" in r.stderr

@@ -1,0 +1,235 @@
+"""Drive one released SGLang wheel at the seams the model describes.
+
+Runs inside the conformance environment (``reqmodel conform --setup``), one
+process per release, with the release's tree first on ``sys.path``: standard
+library, torch and sglang only, nothing of reqmodel. Every difference between
+releases is absorbed here, by feature detection (``hasattr``, signatures),
+never by version string (conformance-notes.md §5).
+
+Real and unmodified: ``Req`` and ``SamplingParams``, ``validate_input_length``
+and ``Req.set_finish_with_abort`` (intake), ``PrefillBootstrapQueue.add`` with
+``create_sender`` and its capacity check (P1), ``DecodePreallocQueue.add`` with
+``_create_receiver_and_enqueue`` (D1), ``is_unadmitted_reject`` and the unbound
+``Scheduler.retire_unadmitted_request`` where a release has them, and the
+wheel's FAKE transport (``FakeKVSender``/``FakeKVReceiver``).
+
+Spies at the effect boundary: ``output_streamer.stream_output`` and the
+door's call of ``retire_unadmitted_request`` (the real one still runs), tree
+cache, beam coordinator and metrics (mocks). Decode's capacity check is
+overridden to admit (its byte budget needs a real allocator); cases where the
+model's decode capacity check would reject are not sent (see cases.py).
+"""
+from __future__ import annotations
+
+import inspect
+import tempfile
+import types
+from array import array
+from typing import Any, Dict, Optional
+from unittest import mock
+
+import torch.distributed as dist
+
+from sglang.srt import runtime_context as rc
+from sglang.srt.disaggregation import decode as dc
+from sglang.srt.disaggregation import prefill as pf
+from sglang.srt.disaggregation import utils as du
+from sglang.srt.managers import schedule_batch as sb
+from sglang.srt.managers import scheduler as sch
+from sglang.srt.managers import utils as mu
+from sglang.srt.sampling.sampling_params import SamplingParams
+from sglang.srt.server_args import ServerArgs
+
+BOOTSTRAP_PORT = 8998
+_PARALLEL = types.SimpleNamespace(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1,
+                                  attn_tp_rank=0, attn_tp_size=1, attn_cp_rank=0,
+                                  attn_cp_size=1, enable_prefill_context_parallel=False)
+_GROUP = None
+
+
+def setup() -> Dict[str, Any]:
+    """Publish server arguments, pin rank 0, and build a real one-rank gloo
+    group. Returns the features this release has (for the report)."""
+    global _GROUP
+    rc.reset_context()
+    rc.publish(ServerArgs(model_path="dummy"), role="tokenizer")
+    # set_finish_with_abort and create_sender read the process's rank; the
+    # tokenizer role publishes none
+    for module in (sb, pf, dc, du):
+        if hasattr(module, "get_parallel"):
+            module.get_parallel = lambda: _PARALLEL
+    if not dist.is_initialized():
+        init = f"file://{tempfile.mktemp(prefix='reqmodel-gloo-')}"
+        dist.init_process_group("gloo", init_method=init, rank=0, world_size=1)
+    _GROUP = dist.group.WORLD
+    return features()
+
+
+def features() -> Dict[str, bool]:
+    return {
+        "is_unadmitted_reject": hasattr(du, "is_unadmitted_reject"),
+        "retire_unadmitted_request": hasattr(sch.Scheduler, "retire_unadmitted_request"),
+        "prefill_max_input_len": "max_input_len" in inspect.getsource(
+            pf.PrefillBootstrapQueue._check_if_req_exceed_kv_capacity),
+        "decode_init_receiver": hasattr(dc.DecodePreallocQueue, "_init_receiver"),
+    }
+
+
+# ------------------------------------------------------------------ requests
+
+_FINISH = {
+    None: lambda: None,
+    "abort": lambda: sb.FINISH_ABORT("reqmodel: abort"),
+    "length": lambda: sb.FINISH_LENGTH(length=0),
+}
+
+
+def kind(reason) -> Optional[str]:
+    if reason is None:
+        return None
+    if isinstance(reason, sb.FINISH_ABORT):
+        return "abort"
+    if isinstance(reason, sb.FINISH_LENGTH):
+        return "length"
+    return type(reason).__name__
+
+
+def make_req(rid: str, tokens: int, room: int) -> "sb.Req":
+    req = sb.Req(rid, "", array("q", range(1, tokens + 1)), SamplingParams(max_new_tokens=8),
+                 bootstrap_host=du.FAKE_BOOTSTRAP_HOST, bootstrap_port=BOOTSTRAP_PORT,
+                 bootstrap_room=room)
+    req.time_stats = mock.MagicMock()
+    return req
+
+
+def shape(req, spec: Dict[str, Any]) -> None:
+    """Give a real Req the model's record: finish fields and resource markers,
+    set where the real code keeps them."""
+    if spec.get("to_finish"):
+        req.to_finish = _FINISH[spec["to_finish"]]()
+    if spec.get("finished_reason"):
+        req.finished_reason = _FINISH[spec["finished_reason"]]()
+    if spec.get("is_retracted"):
+        req.is_retracted = True
+    if spec.get("holds_kv"):
+        req.kv.req_pool_idx = 0
+    if spec.get("holds_metadata"):
+        req.metadata_buffer_index = 0
+    if spec.get("retraction_backup"):
+        req.kv.retraction_backup = object()
+
+
+# ----------------------------------------------------------------- schedulers
+
+class Spy:
+    def __init__(self, wraps=None):
+        self.calls = 0
+        self.wraps = wraps
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.wraps is not None:
+            return self.wraps(*args, **kwargs)
+
+
+def door_scheduler():
+    """The scheduler the doors see: a namespace with spies and mocks, and the
+    real unbound ``retire_unadmitted_request`` where the release has it."""
+    s = types.SimpleNamespace()
+    s.output_streamer = types.SimpleNamespace(stream_output=Spy())
+    s.tree_cache = mock.MagicMock()
+    s.beam_coordinator = mock.MagicMock()
+    s.metrics_reporter = mock.MagicMock()
+    s._release_aborted_request = mock.MagicMock()
+    s.token_to_kv_pool_allocator = types.SimpleNamespace(page_size=1)
+    s.attn_cp_cpu_group = s.attn_tp_cpu_group = s.tp_cpu_group = _GROUP
+    s.processed_tokens_counter = 0
+    s.enable_hisparse = False
+    s.scheduler_stage_metrics = None
+    real = getattr(sch.Scheduler, "retire_unadmitted_request", None)
+    s.retire_unadmitted_request = Spy(
+        None if real is None else (lambda req: real(s, req)))
+    return s
+
+
+def prefill_queue(s, pool_tokens: int, limit_tokens: int, buffers: int):
+    q = object.__new__(pf.PrefillBootstrapQueue)
+    q.scheduler = s
+    q.queue = []
+    q.kv_manager = None
+    q.transfer_backend = du.TransferBackend.FAKE
+    q.max_total_num_tokens = pool_tokens
+    q.max_input_len = limit_tokens  # read by the capacity check where it exists
+    q.req_to_metadata_buffer_idx_allocator = du.ReqToMetadataIdxAllocator(buffers)
+    q.token_to_kv_pool = None
+    q.bootstrap_port = BOOTSTRAP_PORT
+    q.scheduler_stage_metrics = None
+    q.gloo_group = _GROUP
+    q.tp_rank, q.tp_size, q.pp_rank, q.pp_size = 0, 1, 0, 1
+    return q
+
+
+def decode_queue(s, buffers: int):
+    q = object.__new__(dc.DecodePreallocQueue)
+    q.scheduler = s
+    q.queue = []
+    q.retracted_queue = []
+    q.pending_reqs = []
+    q.kv_manager = types.SimpleNamespace(prefill_info_table={})
+    q.transfer_backend = du.TransferBackend.FAKE
+    q.req_to_metadata_buffer_idx_allocator = du.ReqToMetadataIdxAllocator(buffers)
+    q.token_to_kv_pool_allocator = types.SimpleNamespace(page_size=1)
+    q.token_to_kv_pool = None
+    q.bootstrap_port = BOOTSTRAP_PORT
+    q.scheduler_stage_metrics = None
+    q.gloo_group = _GROUP
+    q.tp_rank, q.tp_size, q.pp_rank, q.pp_size = 0, 1, 0, 1
+    q.tree_cache = mock.MagicMock()
+    q._check_if_req_exceed_kv_capacity = lambda req: False
+    for name in ("dsv41_dspark_needs_rebootstrap", "dsv4_needs_rebootstrap"):
+        if hasattr(dc, name):
+            setattr(dc, name, lambda *a, **k: False)
+    return q
+
+
+# ---------------------------------------------------------------------- seams
+
+def intake(case: Dict[str, Any]) -> Dict[str, Any]:
+    """``validate_input_length`` and, on an error, ``set_finish_with_abort``:
+    the three lines of ``handle_generate_request`` that glue them (sch
+    19:2850-2853, 21:3033-3041) are the only code written here."""
+    req = make_req("r", case["req"]["tokens"], 1)
+    err = mu.validate_input_length(req, case["limit_tokens"], case["auto_truncate"])
+    if err:
+        req.set_finish_with_abort(err)
+    return {"tokens": len(req.origin_input_ids), "to_finish": kind(req.to_finish),
+            "finished_reason": kind(req.finished_reason)}
+
+
+def prefill_door(case: Dict[str, Any]) -> Dict[str, Any]:
+    s = door_scheduler()
+    q = prefill_queue(s, case["pool_tokens"], case["limit_tokens"], case["buffers"])
+    req = make_req("r", case["req"]["tokens"], 1)
+    shape(req, case["req"])
+    q.add(req, 1)
+    return {"queued": req in q.queue, "sender": req.disagg_kv_sender is not None,
+            "retired": s.retire_unadmitted_request.calls,
+            "streamed": s.output_streamer.stream_output.calls,
+            "to_finish": kind(req.to_finish), "finished_reason": kind(req.finished_reason)}
+
+
+def decode_door(case: Dict[str, Any]) -> Dict[str, Any]:
+    s = door_scheduler()
+    q = decode_queue(s, case["buffers"])
+    req = make_req("r", case["req"]["tokens"], 1)
+    shape(req, case["req"])
+    q.add(req, is_retracted=case["is_retracted"], is_rebootstrap=case["is_rebootstrap"])
+    entry = next((d for d in q.queue if d.req is req), None)
+    return {"queued": entry is not None, "retracted_queue": req in q.retracted_queue,
+            "receiver": entry is not None and entry.kv_receiver is not None,
+            "retired": s.retire_unadmitted_request.calls,
+            "streamed": s.output_streamer.stream_output.calls,
+            "to_finish": kind(req.to_finish), "finished_reason": kind(req.finished_reason)}
+
+
+SEAMS = {"intake": intake, "prefill_door": prefill_door, "decode_door": decode_door}

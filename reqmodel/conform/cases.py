@@ -1,0 +1,208 @@
+"""Conformance cases from the model: every door decision the model can reach.
+
+A *case* is one step of the model at a seam that the real code can be driven
+at (``SEAMS``): the request's record before the step, the worker's
+configuration, and the model's prediction of what can be observed after it.
+Cases come from the model's own transitions: every reachable state of every
+built-in scenario (exhaustive), plus random walks on scenarios drawn by
+``hypo.scenarios()`` (Hypothesis, derandomized), deduplicated.
+
+Pages map to tokens so that the model's page arithmetic and the code's token
+arithmetic agree at every boundary (notes/conformance.md): a prompt of ``p``
+pages has ``(p-1)*PAGE + 1`` tokens; a limit of ``L`` pages is
+``max_req_input_len = (L-1)*PAGE + 2`` (the code rejects ``len >= limit`` and
+truncates to ``limit`` tokens, which is still ``L`` pages); a pool of ``P``
+pages holds ``(P-1)*PAGE + 1`` tokens (the code rejects ``len > pool``).
+"""
+from __future__ import annotations
+
+import json
+import random
+from typing import Dict, Iterable, List, Optional, Tuple
+
+import attrs
+
+from .. import actions, explore, scenario as scenario_mod
+from ..actions import BY_NAME, Ctx
+from ..releases import Release
+from ..scenario import Scenario
+from ..state import DStage, PStage
+
+PAGE = 16
+# model action -> seam driven in the real code (adapter.SEAMS)
+SEAMS = {"p_intake": "intake", "d_intake": "intake", "p_door": "prefill_door",
+         "d_door": "decode_door"}
+
+
+def tokens(pages: int) -> int:
+    return (pages - 1) * PAGE + 1
+
+
+def limit_tokens(pages: int) -> int:
+    return (pages - 1) * PAGE + 2
+
+
+def pages(n_tokens: int) -> int:
+    return -(-n_tokens // PAGE)
+
+
+def kind(reason) -> Optional[str]:
+    return None if reason is None else reason.kind
+
+
+@attrs.frozen
+class Case:
+    seam: str
+    action: str  # the model action it comes from
+    inputs: str  # JSON of what the worker needs (canonical, for dedup)
+    expect: str  # JSON of the model's predicted observation
+    origin: str  # scenario and step that produced it, for the report
+
+    def to_worker(self) -> dict:
+        return dict(json.loads(self.inputs), seam=self.seam)
+
+
+def _dump(d: dict) -> str:
+    return json.dumps(d, sort_keys=True)
+
+
+def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
+    """(inputs, prediction) for firing ``name`` on request ``r`` in state ``s``,
+    or None when the seam is not driven for it (see notes/conformance.md)."""
+    sc = ctx.scenario
+    nxt, evs = BY_NAME[name].effect(ctx, s, r, ())
+    retired = sum(1 for e in evs if e.kind == "door_retire" and e.rid == r)
+    streamed = sum(1 for e in evs if e.kind == "stream" and e.rid == r)
+    if name in ("p_intake", "d_intake"):
+        w = sc.prefill if name == "p_intake" else sc.decode
+        post = nxt.p[r] if name == "p_intake" else nxt.d[r]
+        inputs = {"req": {"tokens": tokens(sc.prompt_pages[r])},
+                  "limit_tokens": limit_tokens(w.intake_limit_pages),
+                  "auto_truncate": w.auto_truncate}
+        return inputs, {"pages": post.origin_pages, "to_finish": kind(post.to_finish),
+                        "finished_reason": kind(post.finished_reason)}
+    if name == "p_door":
+        pre, post = s.p[r], nxt.p[r]
+        inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=pre.holds_metadata,
+                              retraction_backup=False),
+                  "pool_tokens": tokens(sc.prefill.pool_pages),
+                  "limit_tokens": limit_tokens(sc.prefill.intake_limit_pages),
+                  "buffers": sc.prefill.metadata_buffers}
+        return inputs, {"queued": post.stage is PStage.BOOTSTRAP, "sender": post.has_sender,
+                        "retired": retired, "streamed": streamed,
+                        "to_finish": kind(post.to_finish),
+                        "finished_reason": kind(post.finished_reason)}
+    pre, post = s.d[r], nxt.d[r]
+    if pre.origin_pages > sc.decode.pool_pages:
+        return None  # decode's capacity check is overridden in the adapter
+    inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=False,
+                          retraction_backup=pre.retraction_backup),
+              "buffers": sc.decode.metadata_buffers,
+              "is_retracted": pre.door_flag == "retracted",
+              "is_rebootstrap": pre.door_flag == "rebootstrap"}
+    return inputs, {"queued": post.stage is DStage.PREALLOC,
+                    "retracted_queue": post.stage is DStage.RETRACTED,
+                    "receiver": post.has_receiver, "retired": retired, "streamed": streamed,
+                    "to_finish": kind(post.to_finish),
+                    "finished_reason": kind(post.finished_reason)}
+
+
+def _req(pre, **markers) -> dict:
+    return {"tokens": tokens(pre.origin_pages), "to_finish": kind(pre.to_finish),
+            "finished_reason": kind(pre.finished_reason), "is_retracted": pre.is_retracted,
+            **markers}
+
+
+def seam_steps(ctx: Ctx, s) -> Iterable[Tuple[str, int]]:
+    for name in SEAMS:
+        a = BY_NAME[name]
+        for r in range(ctx.scenario.n):
+            if a.enabled(ctx, s, r):
+                yield name, r
+
+
+class Collector:
+    """Distinct cases, keyed by (seam, inputs): the same inputs must always get
+    the same prediction (a model that predicted two outcomes for one input
+    would be nondeterministic where the code is not; that raises)."""
+
+    def __init__(self, release: Release):
+        self.release = release
+        self.cases: Dict[Tuple[str, str], Case] = {}
+
+    def add_state(self, ctx: Ctx, s, origin: str) -> None:
+        for name, r in seam_steps(ctx, s):
+            got = case_of(ctx, s, name, r)
+            if got is None:
+                continue
+            inputs, expect = got
+            key = (SEAMS[name], _dump(inputs))
+            case = Case(SEAMS[name], name, key[1], _dump(expect), f"{origin}, {name}(r{r})")
+            old = self.cases.setdefault(key, case)
+            if old.expect != case.expect:
+                raise AssertionError(f"model predicts two outcomes for one input: "
+                                     f"{old.origin} vs {case.origin}")
+
+
+def from_builtin(release: Release, names: Optional[List[str]] = None,
+                 collector: Optional[Collector] = None) -> Collector:
+    """Every reachable state of the built-in scenarios (exhaustive)."""
+    col = collector or Collector(release)
+    for name in names or scenario_mod.builtin_names():
+        sc = scenario_mod.builtin(name)
+        ex = explore.explore(release, sc, [], stop_early=False, keep_graph=True)
+        ctx = Ctx(release=release, scenario=sc)
+        for s in ex.state_of:
+            col.add_state(ctx, s, f"scenario {name}")
+    return col
+
+
+def from_drawn(release: Release, target: int, collector: Optional[Collector] = None,
+               max_examples: int = 8000, walk_steps: int = 60) -> Collector:
+    """Random walks on scenarios drawn by ``hypo.scenarios()`` until ``target``
+    distinct cases are collected (derandomized: the same cases every run)."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from .. import hypo
+
+    col = collector or Collector(release)
+
+    @settings(max_examples=max_examples, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(hypo.scenarios(), st.integers(0, 2**32 - 1))
+    def walk(sc: Scenario, seed: int) -> None:
+        # every draw is made before the body runs: stopping at the target
+        # must not change what Hypothesis sees drawn
+        if len(col.cases) >= target:
+            return
+        rnd = random.Random(seed)
+        ctx = Ctx(release=release, scenario=sc)
+        s = actions.initial_state(sc)
+        for i in range(walk_steps):
+            col.add_state(ctx, s, f"drawn scenario {_describe(sc)}, step {i}")
+            succ = []
+            for a in actions.ACTIONS:
+                for r in range(sc.n):
+                    if a.enabled(ctx, s, r):
+                        succ.append((a, r))
+            if not succ:
+                return
+            a, r = rnd.choice(succ)
+            arg = next(iter(a.args(ctx, s, r)))
+            s, _ = a.effect(ctx, s, r, arg)
+
+    walk()
+    return col
+
+
+def _describe(sc: Scenario) -> str:
+    return (f"prompts {list(sc.prompt_pages)}, P pool {sc.prefill.pool_pages} limit "
+            f"{sc.prefill.intake_limit_pages}{' truncate' if sc.prefill.auto_truncate else ''}, "
+            f"D pool {sc.decode.pool_pages} limit {sc.decode.intake_limit_pages}"
+            f"{' truncate' if sc.decode.auto_truncate else ''}")
+
+
+def model_cases(release: Release, target: int = 1000) -> List[Case]:
+    col = from_builtin(release)
+    from_drawn(release, target, col)
+    return list(col.cases.values())

@@ -1,0 +1,80 @@
+"""Conformance against the real released wheels (issue #8): ``pytest -m
+conformance``. Needs the environment that ``reqmodel conform --setup`` builds
+(``.ci/run`` builds it); without it these tests fail, they do not skip.
+
+One worker process per release runs the cases of every model release, so the
+same real observations serve the same-release check (zero mismatches) and
+the cross-release check (mismatches exactly where the releases' seam records
+differ).
+"""
+import functools
+
+import pytest
+
+from reqmodel import conform, releases
+from reqmodel.conform import cases as cases_mod
+
+pytestmark = pytest.mark.conformance
+RELEASES = releases.NAMES
+ROOT = conform.DEFAULT_DIR
+
+
+@functools.lru_cache(maxsize=None)
+def model_cases(rel):
+    return cases_mod.model_cases(releases.get(rel), 1000)
+
+
+@functools.lru_cache(maxsize=None)
+def real(code_rel):
+    """The real code of ``code_rel`` on every model release's cases."""
+    assert conform.ready(ROOT, code_rel), (
+        f"no conformance environment for {code_rel} in {ROOT}: run "
+        "`reqmodel conform --setup`")
+    allcases = [c for m in RELEASES for c in model_cases(m)]
+    answer = conform.drive(ROOT, code_rel, [c.to_worker() for c in allcases])
+    out, i = {}, 0
+    for m in RELEASES:
+        n = len(model_cases(m))
+        out[m] = {"features": answer["features"],
+                  "observations": answer["observations"][i:i + n]}
+        i += n
+    return out
+
+
+def mismatches(code_rel, model_rel):
+    return conform.compare(model_cases(model_rel), real(code_rel)[model_rel])
+
+
+def seams(rel):
+    r = releases.get(rel)
+    return (r.prefill_door.__name__, r.decode_door.__name__, r.retire_cleanup,
+            r.sender_capacity)
+
+
+@pytest.mark.parametrize("rel", RELEASES)
+def test_model_matches_the_real_code(rel):
+    assert len(model_cases(rel)) >= 1000
+    bad = mismatches(rel, rel)
+    assert not bad, f"{len(bad)} mismatches, first: {bad[0]}"
+
+
+@pytest.mark.parametrize("code_rel,model_rel",
+                         [(c, m) for c in RELEASES for m in RELEASES if c != m])
+def test_cross_release_mismatches_where_the_seams_differ(code_rel, model_rel):
+    bad = mismatches(code_rel, model_rel)
+    door_differs = seams(code_rel)[:3] != seams(model_rel)[:3]
+    if door_differs:
+        assert bad, f"model {model_rel} on code {code_rel}: no mismatch found"
+    else:
+        # sender capacity (pool vs max_input_len) differs between 0.5.22 and
+        # 0.5.23, but intake already cut every prompt to the limit: the two
+        # agree on every case the model can reach
+        assert not bad, f"model {model_rel} on code {code_rel}: {bad[0]}"
+
+
+def test_the_incident_door_is_a_mismatch_across_the_fix():
+    bad = mismatches("0.5.19", "0.5.21")
+    doors = {m.seam for m in bad}
+    assert {"prefill_door", "decode_door"} <= doors
+    m = next(m for m in bad if m.seam == "prefill_door")
+    assert m.model["retired"] == 1 and m.real["queued"] is True
