@@ -46,9 +46,10 @@ def mismatches(code_rel, model_rel):
 
 
 def seams(rel):
+    """What the release record says at the seams driven (sender capacity last)."""
     r = releases.get(rel)
     return (r.prefill_door.__name__, r.decode_door.__name__, r.retire_cleanup,
-            r.sender_capacity)
+            r.final_result.__name__, r.sender_capacity)
 
 
 @pytest.mark.parametrize("rel", RELEASES)
@@ -62,7 +63,7 @@ def test_model_matches_the_real_code(rel):
                          [(c, m) for c in RELEASES for m in RELEASES if c != m])
 def test_cross_release_mismatches_where_the_seams_differ(code_rel, model_rel):
     bad = mismatches(code_rel, model_rel)
-    door_differs = seams(code_rel)[:3] != seams(model_rel)[:3]
+    door_differs = seams(code_rel)[:4] != seams(model_rel)[:4]
     if door_differs:
         assert bad, f"model {model_rel} on code {code_rel}: no mismatch found"
     else:
@@ -70,6 +71,19 @@ def test_cross_release_mismatches_where_the_seams_differ(code_rel, model_rel):
         # 0.5.23, but intake already cut every prompt to the limit: the two
         # agree on every case the model can reach
         assert not bad, f"model {model_rel} on code {code_rel}: {bad[0]}"
+
+
+def test_every_seam_is_driven():
+    for rel in RELEASES:
+        seams_hit = {c.seam for c in model_cases(rel)}
+        assert seams_hit == {"intake", "prefill_door", "decode_door", "prefill_result"}, rel
+
+
+def test_the_36988_result_fix_is_a_mismatch_across_it():
+    bad = [m for m in mismatches("0.5.19", "0.5.20") if m.seam == "prefill_result"]
+    assert bad
+    m = next(m for m in bad if m.model["kv_released"] == 1)
+    assert m.real["inflight"] is True and m.real["sent"] + m.real["cached"] >= 1
 
 
 def test_the_incident_door_is_a_mismatch_across_the_fix():

@@ -112,11 +112,12 @@ class Outcome:
     mismatches: List[Mismatch]
     seconds: float
     features: dict
+    seams: dict  # seam -> cases
 
     def as_json(self) -> dict:
         return {"release": self.release, "model_release": self.model_release,
                 "scenarios": self.scenarios, "mismatches": len(self.mismatches),
-                "seconds": round(self.seconds, 2)}
+                "seconds": round(self.seconds, 2), "seams": self.seams}
 
 
 def drive(root: pathlib.Path, release: str, worker_cases: List[dict]) -> dict:
@@ -157,5 +158,8 @@ def run(root: pathlib.Path, release: Release, model_release: Release,
     t0 = time.perf_counter()
     cases = cases_mod.model_cases(model_release, target)
     answer = drive(root, release.name, [c.to_worker() for c in cases])
+    seams: dict = {}
+    for c in cases:
+        seams[c.seam] = seams.get(c.seam, 0) + 1
     return Outcome(release.name, model_release.name, len(cases), compare(cases, answer),
-                   time.perf_counter() - t0, answer["features"])
+                   time.perf_counter() - t0, answer["features"], seams)

@@ -21,6 +21,7 @@ model's decode capacity check would reject are not sent (see cases.py).
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import tempfile
 import types
@@ -232,4 +233,70 @@ def decode_door(case: Dict[str, Any]) -> Dict[str, Any]:
             "to_finish": kind(req.to_finish), "finished_reason": kind(req.finished_reason)}
 
 
-SEAMS = {"intake": intake, "prefill_door": prefill_door, "decode_door": decode_door}
+class _ResultScheduler(pf.SchedulerDisaggregationPrefillMixin):
+    """The result side: an empty subclass of the real prefill mixin."""
+
+
+def result_scheduler(buffers: int):
+    s = _ResultScheduler()
+    s.disagg_prefill_inflight_queue = []
+    s.disagg_prefill_pending_chunk_rids = set()
+    s.enable_overlap = False
+    s.chunked_req = None
+    s.enable_hicache_storage = False
+    s.spec_algorithm = types.SimpleNamespace(is_eagle=lambda: False)
+    s.scheduler_stage_metrics = None
+    s.tree_cache = mock.MagicMock()
+    s.batch_result_processor = mock.MagicMock()
+    s.metrics_reporter = mock.MagicMock()
+    s.server_args = mock.MagicMock()
+    s.maybe_send_health_check_signal = lambda: None
+    s.output_streamer = types.SimpleNamespace(stream_output=Spy())
+    s.req_to_metadata_buffer_idx_allocator = du.ReqToMetadataIdxAllocator(buffers)
+    return s
+
+
+def prefill_result(case: Dict[str, Any]) -> Dict[str, Any]:
+    """P5 ``process_batch_result_disagg_prefill`` on the request's final
+    chunk (``inflight_middle_chunks == 0``): real mixin, real
+    ``_retire_aborted_prefill_result`` and ``maybe_release_metadata_buffer``
+    where the release has them; ``send_kv_chunk``, ``release_kv_cache`` and
+    the cache hook (``maybe_cache_unfinished_req``, or the mixin's
+    ``checkpoint_disagg_prefill`` where it replaced it) are spies."""
+    import torch
+    from sglang.srt.managers.utils import GenerationBatchResult
+    spec = case["req"]
+    s = result_scheduler(case["buffers"])
+    alloc = s.req_to_metadata_buffer_idx_allocator
+    req = make_req("r", spec["tokens"], 1)
+    shape(req, dict(spec, holds_metadata=False))
+    if spec.get("holds_metadata"):
+        req.metadata_buffer_index = alloc.alloc()
+    req.pending_bootstrap = spec["pending_bootstrap"]
+    req.disagg_kv_sender = mock.MagicMock() if spec["sender"] else None
+    free_before = alloc.available_size()
+    sends, released, cached = Spy(), Spy(), Spy()
+    s.send_kv_chunk = lambda r, last_chunk=False, **kw: sends(last_chunk)
+    patches = [mock.patch.object(pf, "release_kv_cache", released)]
+    if hasattr(pf, "maybe_cache_unfinished_req"):
+        patches.append(mock.patch.object(pf, "maybe_cache_unfinished_req", cached))
+    if hasattr(pf.SchedulerDisaggregationPrefillMixin, "checkpoint_disagg_prefill"):
+        s.checkpoint_disagg_prefill = cached
+    batch = mock.MagicMock()
+    batch.reqs, batch.spec_info, batch.return_logprob = [req], None, False
+    result = GenerationBatchResult(next_token_ids=torch.tensor([11]))
+    with contextlib.ExitStack() as stack:
+        for p in patches:
+            stack.enter_context(p)
+        s.process_batch_result_disagg_prefill(batch, result)
+    sender = req.disagg_kv_sender
+    return {"inflight": req in s.disagg_prefill_inflight_queue, "sent": sends.calls,
+            "sender_aborted": 0 if sender is None else sender.abort.call_count,
+            "kv_released": released.calls, "cached": cached.calls,
+            "buffer_freed": alloc.available_size() - free_before,
+            "streamed": s.output_streamer.stream_output.calls,
+            "to_finish": kind(req.to_finish), "finished_reason": kind(req.finished_reason)}
+
+
+SEAMS = {"intake": intake, "prefill_door": prefill_door, "decode_door": decode_door,
+         "prefill_result": prefill_result}

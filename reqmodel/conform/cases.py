@@ -26,12 +26,12 @@ from .. import actions, explore, scenario as scenario_mod
 from ..actions import BY_NAME, Ctx
 from ..releases import Release
 from ..scenario import Scenario
-from ..state import DStage, PStage
+from ..state import DStage, KVPoll, PStage
 
 PAGE = 16
 # model action -> seam driven in the real code (adapter.SEAMS)
 SEAMS = {"p_intake": "intake", "d_intake": "intake", "p_door": "prefill_door",
-         "d_door": "decode_door"}
+         "d_door": "decode_door", "p_result": "prefill_result"}
 
 
 def tokens(pages: int) -> int:
@@ -81,6 +81,27 @@ def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
                   "auto_truncate": w.auto_truncate}
         return inputs, {"pages": post.origin_pages, "to_finish": kind(post.to_finish),
                         "finished_reason": kind(post.finished_reason)}
+    if name == "p_result":
+        pre, post = s.p[r], nxt.p[r]
+        # the final chunk's result, with something left to send (send_kv_chunk
+        # is a spy: its early return when nothing is left is not driven)
+        if pre.results_due != (pre.origin_pages,) or pre.sent >= pre.origin_pages:
+            return None
+        inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=pre.holds_metadata,
+                              retraction_backup=False, pending_bootstrap=pre.pending_bootstrap,
+                              sender=pre.has_sender),
+                  "buffers": sc.prefill.metadata_buffers}
+        room_pre, room_post = s.rooms[r], nxt.rooms[r]
+        return inputs, {
+            "inflight": post.stage is PStage.INFLIGHT,
+            "sent": sum(1 for e in evs if e.kind == "send" and e.rid == r),
+            "sender_aborted": int(room_post.concluded != room_pre.concluded
+                                  and room_post.concluded is KVPoll.Failed),
+            "kv_released": sum(1 for e in evs if e.kind == "release" and e.info[0] == "kv"),
+            "cached": sum(1 for e in evs if e.kind == "release" and e.info[0] == "cache"),
+            "buffer_freed": int(pre.holds_metadata and not post.holds_metadata),
+            "streamed": streamed, "to_finish": kind(post.to_finish),
+            "finished_reason": kind(post.finished_reason)}
     if name == "p_door":
         pre, post = s.p[r], nxt.p[r]
         inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=pre.holds_metadata,
