@@ -16,7 +16,7 @@ import pathlib
 import subprocess
 import sys
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Sequence
 
 import attrs
 
