@@ -76,7 +76,8 @@ def test_cross_release_mismatches_where_the_seams_differ(code_rel, model_rel):
 def test_every_seam_is_driven():
     for rel in RELEASES:
         seams_hit = {c.seam for c in model_cases(rel)}
-        assert seams_hit == {"intake", "prefill_door", "decode_door", "prefill_result"}, rel
+        assert seams_hit == {"intake", "prefill_door", "decode_door", "prefill_result",
+                             "prefill_inflight"}, rel
 
 
 def test_the_36988_result_fix_is_a_mismatch_across_it():

@@ -10,12 +10,16 @@ Real and unmodified: ``Req`` and ``SamplingParams``, ``validate_input_length``
 and ``Req.set_finish_with_abort`` (intake), ``PrefillBootstrapQueue.add`` with
 ``create_sender`` and its capacity check (P1), ``DecodePreallocQueue.add`` with
 ``_create_receiver_and_enqueue`` (D1), ``is_unadmitted_reject`` and the unbound
-``Scheduler.retire_unadmitted_request`` where a release has them, and the
-wheel's FAKE transport (``FakeKVSender``/``FakeKVReceiver``).
+``Scheduler.retire_unadmitted_request`` where a release has them, the prefill
+mixin's ``process_batch_result_disagg_prefill`` (P5) and
+``process_disagg_prefill_inflight_queue`` (P6) on an empty subclass, the
+real poll over a one-rank gloo group, and the wheel's FAKE transport
+(``FakeKVSender``/``FakeKVReceiver``).
 
-Spies at the effect boundary: ``output_streamer.stream_output`` and the
-door's call of ``retire_unadmitted_request`` (the real one still runs), tree
-cache, beam coordinator and metrics (mocks). Decode's capacity check is
+Spies at the effect boundary: ``output_streamer.stream_output``, the door's
+call of ``retire_unadmitted_request`` (the real one still runs),
+``send_kv_chunk``, ``release_kv_cache`` and the prefill cache hook; tree
+cache, beam coordinator and metrics are mocks. Decode's capacity check is
 overridden to admit (its byte budget needs a real allocator); cases where the
 model's decode capacity check would reject are not sent (see cases.py).
 """
@@ -133,15 +137,25 @@ class Spy:
             return self.wraps(*args, **kwargs)
 
 
+class StreamSpy(Spy):
+    """``stream_output(reqs, ...)``: counts requests streamed (the inflight
+    queue calls it with an empty list when nothing finished)."""
+
+    def __call__(self, reqs, *args, **kwargs):
+        self.calls += len(reqs)
+
+
 def door_scheduler():
     """The scheduler the doors see: a namespace with spies and mocks, and the
     real unbound ``retire_unadmitted_request`` where the release has it."""
     s = types.SimpleNamespace()
-    s.output_streamer = types.SimpleNamespace(stream_output=Spy())
+    s.output_streamer = types.SimpleNamespace(stream_output=StreamSpy())
     s.tree_cache = mock.MagicMock()
     s.beam_coordinator = mock.MagicMock()
     s.metrics_reporter = mock.MagicMock()
     s._release_aborted_request = mock.MagicMock()
+    s.metrics_collector = mock.MagicMock()
+    s.enable_metrics = False
     s.token_to_kv_pool_allocator = types.SimpleNamespace(page_size=1)
     s.attn_cp_cpu_group = s.attn_tp_cpu_group = s.tp_cpu_group = _GROUP
     s.processed_tokens_counter = 0
@@ -251,7 +265,10 @@ def result_scheduler(buffers: int):
     s.metrics_reporter = mock.MagicMock()
     s.server_args = mock.MagicMock()
     s.maybe_send_health_check_signal = lambda: None
-    s.output_streamer = types.SimpleNamespace(stream_output=Spy())
+    s._release_aborted_request = mock.MagicMock()
+    s.metrics_collector = mock.MagicMock()
+    s.enable_metrics = False
+    s.output_streamer = types.SimpleNamespace(stream_output=StreamSpy())
     s.req_to_metadata_buffer_idx_allocator = du.ReqToMetadataIdxAllocator(buffers)
     return s
 
@@ -298,5 +315,37 @@ def prefill_result(case: Dict[str, Any]) -> Dict[str, Any]:
             "to_finish": kind(req.to_finish), "finished_reason": kind(req.finished_reason)}
 
 
+def prefill_inflight(case: Dict[str, Any]) -> Dict[str, Any]:
+    """P6 ``process_disagg_prefill_inflight_queue`` for a request whose
+    sender has concluded (``Success`` or ``Failed``): real mixin, real poll
+    over the one-rank gloo group, a real ``FakeKVSender`` created by the
+    prefill door and latched to the concluded state; ``release_kv_cache`` and
+    the tree cache are spies."""
+    spec = case["req"]
+    s = result_scheduler(case["buffers"])
+    s.attn_cp_cpu_group = s.attn_tp_cpu_group = s.tp_cpu_group = _GROUP
+    s.attn_tp_group = s.tp_group = mock.MagicMock()
+    s.ps = _PARALLEL
+    alloc = s.req_to_metadata_buffer_idx_allocator
+    req = make_req("r", spec["tokens"], 1)
+    door = prefill_queue(door_scheduler(), 1 << 20, 1 << 20, 1)
+    door.create_sender(req, 1)
+    shape(req, dict(spec, holds_metadata=False))
+    if spec.get("holds_metadata"):
+        req.metadata_buffer_index = alloc.alloc()
+    req.pending_bootstrap = False
+    from sglang.srt.disaggregation.base import KVPoll
+    req.disagg_kv_sender.conclude_state = getattr(KVPoll, case["poll"])
+    s.disagg_prefill_inflight_queue = [req]
+    free_before = alloc.available_size()
+    released = Spy()
+    with mock.patch.object(pf, "release_kv_cache", released):
+        done = s.process_disagg_prefill_inflight_queue()
+    return {"done": req in done and req not in s.disagg_prefill_inflight_queue,
+            "kv_released": released.calls, "buffer_freed": alloc.available_size() - free_before,
+            "streamed": s.output_streamer.stream_output.calls,
+            "to_finish": kind(req.to_finish), "finished_reason": kind(req.finished_reason)}
+
+
 SEAMS = {"intake": intake, "prefill_door": prefill_door, "decode_door": decode_door,
-         "prefill_result": prefill_result}
+         "prefill_result": prefill_result, "prefill_inflight": prefill_inflight}

@@ -31,7 +31,8 @@ from ..state import DStage, KVPoll, PStage
 PAGE = 16
 # model action -> seam driven in the real code (adapter.SEAMS)
 SEAMS = {"p_intake": "intake", "d_intake": "intake", "p_door": "prefill_door",
-         "d_door": "decode_door", "p_result": "prefill_result"}
+         "d_door": "decode_door", "p_result": "prefill_result",
+         "p_inflight": "prefill_inflight"}
 
 
 def tokens(pages: int) -> int:
@@ -99,6 +100,20 @@ def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
                                   and room_post.concluded is KVPoll.Failed),
             "kv_released": sum(1 for e in evs if e.kind == "release" and e.info[0] == "kv"),
             "cached": sum(1 for e in evs if e.kind == "release" and e.info[0] == "cache"),
+            "buffer_freed": int(pre.holds_metadata and not post.holds_metadata),
+            "streamed": streamed, "to_finish": kind(post.to_finish),
+            "finished_reason": kind(post.finished_reason)}
+    if name == "p_inflight":
+        pre, post = s.p[r], nxt.p[r]
+        poll = actions.sender_poll(s, r)
+        if pre.pending_bootstrap or poll not in (KVPoll.Success, KVPoll.Failed):
+            return None  # the parked branch (handle_pending_bootstrap) is not driven
+        inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=pre.holds_metadata,
+                              retraction_backup=False),
+                  "buffers": sc.prefill.metadata_buffers, "poll": poll.name}
+        return inputs, {
+            "done": post.stage is PStage.GONE,
+            "kv_released": sum(1 for e in evs if e.kind == "release" and e.info[0] == "kv"),
             "buffer_freed": int(pre.holds_metadata and not post.holds_metadata),
             "streamed": streamed, "to_finish": kind(post.to_finish),
             "finished_reason": kind(post.finished_reason)}
