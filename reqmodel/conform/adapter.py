@@ -275,7 +275,7 @@ def result_scheduler(buffers: int):
 
 def prefill_result(case: Dict[str, Any]) -> Dict[str, Any]:
     """P5 ``process_batch_result_disagg_prefill`` on the request's final
-    chunk (``inflight_middle_chunks == 0``): real mixin, real
+    chunk (``inflight_middle_chunks == 0``) or a middle one: real mixin, real
     ``_retire_aborted_prefill_result`` and ``maybe_release_metadata_buffer``
     where the release has them; ``send_kv_chunk``, ``release_kv_cache`` and
     the cache hook (``maybe_cache_unfinished_req``, or the mixin's
@@ -291,6 +291,14 @@ def prefill_result(case: Dict[str, Any]) -> Dict[str, Any]:
         req.metadata_buffer_index = alloc.alloc()
     req.pending_bootstrap = spec["pending_bootstrap"]
     req.disagg_kv_sender = mock.MagicMock() if spec["sender"] else None
+    # a middle chunk's result: chunks still due, the overlap loop (which
+    # sends middle chunks from here), and whether the next chunk was launched
+    req.inflight_middle_chunks = case.get("middle_chunks", 0)
+    if case.get("middle_chunks"):
+        s.enable_overlap = True
+        s.chunked_req = req if case["still_chunking"] else None
+        req.extend_range = None
+        req.tmp_end_idx = case["end_tokens"]
     free_before = alloc.available_size()
     sends, released, cached = Spy(), Spy(), Spy()
     s.send_kv_chunk = lambda r, last_chunk=False, **kw: sends(last_chunk)
@@ -329,21 +337,33 @@ def prefill_inflight(case: Dict[str, Any]) -> Dict[str, Any]:
     alloc = s.req_to_metadata_buffer_idx_allocator
     req = make_req("r", spec["tokens"], 1)
     door = prefill_queue(door_scheduler(), 1 << 20, 1 << 20, 1)
+    door.req_to_metadata_buffer_idx_allocator = alloc  # one allocator, as in the scheduler
+    s.disagg_prefill_bootstrap_queue = door
     door.create_sender(req, 1)
     shape(req, dict(spec, holds_metadata=False))
     if spec.get("holds_metadata"):
         req.metadata_buffer_index = alloc.alloc()
-    req.pending_bootstrap = False
+    req.pending_bootstrap = spec["pending_bootstrap"]
     from sglang.srt.disaggregation.base import KVPoll
-    req.disagg_kv_sender.conclude_state = getattr(KVPoll, case["poll"])
+    sender = req.disagg_kv_sender
+    if case["poll"] != "WaitingForInput":  # a fresh fake sender polls WaitingForInput
+        sender.conclude_state = getattr(KVPoll, case["poll"])
+    init = Spy(wraps=sender.init)
+    sender.init = init
+    sends, released = Spy(), Spy()
+    s.send_kv_chunk = lambda r, last_chunk=False, **kw: sends(last_chunk)
+    # the parked branch checkpoints the request after finalize from 0.5.21 on
+    # (a cache-tree effect the model does not track; notes/conformance.md)
+    s.cache_unfinished_disagg_prefill = s.checkpoint_disagg_prefill = Spy()
     s.disagg_prefill_inflight_queue = [req]
     free_before = alloc.available_size()
-    released = Spy()
     with mock.patch.object(pf, "release_kv_cache", released):
-        done = s.process_disagg_prefill_inflight_queue()
-    return {"done": req in done and req not in s.disagg_prefill_inflight_queue,
+        s.process_disagg_prefill_inflight_queue()
+    return {"left_queue": req not in s.disagg_prefill_inflight_queue,
             "kv_released": released.calls, "buffer_freed": alloc.available_size() - free_before,
             "streamed": s.output_streamer.stream_output.calls,
+            "sender_init": init.calls, "sent": sends.calls,
+            "pending_bootstrap": bool(req.pending_bootstrap),
             "to_finish": kind(req.to_finish), "finished_reason": kind(req.finished_reason)}
 
 

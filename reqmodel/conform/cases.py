@@ -84,14 +84,23 @@ def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
                         "finished_reason": kind(post.finished_reason)}
     if name == "p_result":
         pre, post = s.p[r], nxt.p[r]
-        # the final chunk's result, with something left to send (send_kv_chunk
+        # the oldest result due, with something left to send (send_kv_chunk
         # is a spy: its early return when nothing is left is not driven)
-        if pre.results_due != (pre.origin_pages,) or pre.sent >= pre.origin_pages:
+        end, rest = pre.results_due[0], pre.results_due[1:]
+        if pre.sent >= end:
             return None
         inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=pre.holds_metadata,
                               retraction_backup=False, pending_bootstrap=pre.pending_bootstrap,
                               sender=pre.has_sender),
                   "buffers": sc.prefill.metadata_buffers}
+        if end < pre.origin_pages:  # a middle chunk
+            still = pre.stage is PStage.CHUNKED or pre.origin_pages in rest
+            if pre.pending_bootstrap and not still:
+                return None  # optimistic_release_and_requeue is not driven
+            inputs.update(middle_chunks=pre.inflight_middle_chunks, still_chunking=still,
+                          end_tokens=tokens(end))
+        elif rest:
+            return None
         room_pre, room_post = s.rooms[r], nxt.rooms[r]
         return inputs, {
             "inflight": post.stage is PStage.INFLIGHT,
@@ -106,17 +115,25 @@ def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
     if name == "p_inflight":
         pre, post = s.p[r], nxt.p[r]
         poll = actions.sender_poll(s, r)
-        if pre.pending_bootstrap or poll not in (KVPoll.Success, KVPoll.Failed):
-            return None  # the parked branch (handle_pending_bootstrap) is not driven
+        parked_ok = (KVPoll.WaitingForInput, KVPoll.Failed)
+        if (poll not in parked_ok if pre.pending_bootstrap
+                else poll not in (KVPoll.Success, KVPoll.Failed)):
+            return None
+        if pre.pending_bootstrap and (s.rooms[r].prefix or pre.sent >= pre.extend_end):
+            return None  # a decode prefix hit, or nothing to send: not driven
         inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=pre.holds_metadata,
-                              retraction_backup=False),
+                              retraction_backup=False, pending_bootstrap=pre.pending_bootstrap),
                   "buffers": sc.prefill.metadata_buffers, "poll": poll.name}
         return inputs, {
-            "done": post.stage is PStage.GONE,
+            "left_queue": post.stage is not PStage.INFLIGHT,
             "kv_released": sum(1 for e in evs if e.kind == "release" and e.info[0] == "kv"),
-            "buffer_freed": int(pre.holds_metadata and not post.holds_metadata),
-            "streamed": streamed, "to_finish": kind(post.to_finish),
-            "finished_reason": kind(post.finished_reason)}
+            "buffer_freed": int(pre.holds_metadata and not post.holds_metadata)
+            - int(post.holds_metadata and not pre.holds_metadata),
+            "streamed": streamed,
+            "sender_init": sum(1 for e in evs if e.kind == "acquire" and e.info == ("init",)),
+            "sent": sum(1 for e in evs if e.kind == "send" and e.rid == r),
+            "pending_bootstrap": post.pending_bootstrap,
+            "to_finish": kind(post.to_finish), "finished_reason": kind(post.finished_reason)}
     if name == "p_door":
         pre, post = s.p[r], nxt.p[r]
         inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=pre.holds_metadata,
