@@ -141,7 +141,11 @@ R0521 = attrs.evolve(
 R0522 = attrs.evolve(
     R0521,
     name="0.5.22",
+    # found by conformance: the fallback into the bootstrap queue already
+    # frees the metadata buffer here (pf 22:1720-1723), not only from 0.5.23
+    requeue_fallback_frees_metadata=True,
     cites={**R0521.cites,
+           "requeue_fallback": "pf 22:1720 frees metadata",
            "prefill_door": "pf 22:434-436; ut 22:1854",
            "decode_door": "dc 22:800-802",
            "retire_cleanup": "sch 22:3328",
@@ -155,7 +159,6 @@ R0522 = attrs.evolve(
 R0523 = attrs.evolve(
     R0522,
     name="0.5.23",
-    requeue_fallback_frees_metadata=True,
     sender_capacity="intake",
     checksum="suffix",
     cites={**R0522.cites,

@@ -49,7 +49,8 @@ def seams(rel):
     """What the release record says at the seams driven (sender capacity last)."""
     r = releases.get(rel)
     return (r.prefill_door.__name__, r.decode_door.__name__, r.retire_cleanup,
-            r.final_result.__name__, r.sender_capacity)
+            r.final_result.__name__, r.middle_result.__name__,
+            r.requeue_fallback_frees_metadata, r.sender_capacity)
 
 
 @pytest.mark.parametrize("rel", RELEASES)
@@ -63,7 +64,7 @@ def test_model_matches_the_real_code(rel):
                          [(c, m) for c in RELEASES for m in RELEASES if c != m])
 def test_cross_release_mismatches_where_the_seams_differ(code_rel, model_rel):
     bad = mismatches(code_rel, model_rel)
-    door_differs = seams(code_rel)[:4] != seams(model_rel)[:4]
+    door_differs = seams(code_rel)[:-1] != seams(model_rel)[:-1]
     if door_differs:
         assert bad, f"model {model_rel} on code {code_rel}: no mismatch found"
     else:
@@ -85,6 +86,15 @@ def test_the_36988_result_fix_is_a_mismatch_across_it():
     assert bad
     m = next(m for m in bad if m.model["kv_released"] == 1)
     assert m.real["inflight"] is True and m.real["sent"] + m.real["cached"] >= 1
+
+
+def test_the_requeue_fallback_frees_metadata_from_0_5_22():
+    """Found by conformance: 0.5.22 already frees the metadata buffer when an
+    optimistic request falls back to the bootstrap queue (pf 22:1720)."""
+    bad = [m for m in mismatches("0.5.22", "0.5.21")
+           if m.seam == "prefill_result" and m.model.get("requeued") == "bootstrap"]
+    assert bad and all(m.real["buffer_freed"] == 1 and m.model["buffer_freed"] == 0
+                       for m in bad)
 
 
 def test_the_incident_door_is_a_mismatch_across_the_fix():

@@ -137,6 +137,21 @@ class Spy:
             return self.wraps(*args, **kwargs)
 
 
+class ReleaseSpy(Spy):
+    """``release_kv_cache(req, tree_cache, ...)``: counts calls and marks the
+    request's KV released, as the real one leaves it (``reset_for_retract``
+    asserts it)."""
+
+    def __call__(self, req, *args, **kwargs):
+        self.calls += 1
+        req.kv.req_pool_idx = None
+        for name in ("kv_allocated_len", "max_evicted_seqlen"):
+            try:
+                setattr(req.kv, name, 0)
+            except AttributeError:  # a derived property in some releases
+                pass
+
+
 class StreamSpy(Spy):
     """``stream_output(reqs, ...)``: counts requests streamed (the inflight
     queue calls it with an empty list when nothing finished)."""
@@ -294,13 +309,32 @@ def prefill_result(case: Dict[str, Any]) -> Dict[str, Any]:
     # a middle chunk's result: chunks still due, the overlap loop (which
     # sends middle chunks from here), and whether the next chunk was launched
     req.inflight_middle_chunks = case.get("middle_chunks", 0)
+    get_disagg = getattr(pf, "get_disagg", None)
     if case.get("middle_chunks"):
         s.enable_overlap = True
         s.chunked_req = req if case["still_chunking"] else None
         req.extend_range = None
         req.tmp_end_idx = case["end_tokens"]
+        # optimistic_release_and_requeue: the waiting queue, the bootstrap
+        # queue it falls back to, and the attempts setting it reads
+        s.waiting_queue = []
+        s.processed_tokens_counter = 0
+        door = prefill_queue(door_scheduler(), 1 << 20, 1 << 20, 1)
+        door.req_to_metadata_buffer_idx_allocator = alloc
+        s.disagg_prefill_bootstrap_queue = door
+        req.prefill_attempt_count = case["attempts_used"]
+        if get_disagg is not None:
+            real_disagg = get_disagg()
+            attempts = case["attempts"]
+
+            class _Disagg:
+                optimistic_prefill_attempts = attempts
+
+                def __getattr__(self, name):
+                    return getattr(real_disagg, name)
+            pf.get_disagg = lambda: _Disagg()
     free_before = alloc.available_size()
-    sends, released, cached = Spy(), Spy(), Spy()
+    sends, released, cached = Spy(), ReleaseSpy(), Spy()
     s.send_kv_chunk = lambda r, last_chunk=False, **kw: sends(last_chunk)
     patches = [mock.patch.object(pf, "release_kv_cache", released)]
     if hasattr(pf, "maybe_cache_unfinished_req"):
@@ -310,14 +344,26 @@ def prefill_result(case: Dict[str, Any]) -> Dict[str, Any]:
     batch = mock.MagicMock()
     batch.reqs, batch.spec_info, batch.return_logprob = [req], None, False
     result = GenerationBatchResult(next_token_ids=torch.tensor([11]))
-    with contextlib.ExitStack() as stack:
-        for p in patches:
-            stack.enter_context(p)
-        s.process_batch_result_disagg_prefill(batch, result)
+    try:
+        with contextlib.ExitStack() as stack:
+            for p in patches:
+                stack.enter_context(p)
+            s.process_batch_result_disagg_prefill(batch, result)
+    finally:
+        if get_disagg is not None:
+            pf.get_disagg = get_disagg
     sender = req.disagg_kv_sender
-    return {"inflight": req in s.disagg_prefill_inflight_queue, "sent": sends.calls,
+    out = {}
+    if case.get("middle_chunks"):
+        out = {"requeued": ("waiting" if req in s.waiting_queue else "bootstrap"
+                            if req in s.disagg_prefill_bootstrap_queue.queue else None),
+               "pending_bootstrap": bool(req.pending_bootstrap),
+               "is_retracted": bool(req.is_retracted)}
+    if not out:
+        out = {"cached": cached.calls}
+    return {**out, "inflight": req in s.disagg_prefill_inflight_queue, "sent": sends.calls,
             "sender_aborted": 0 if sender is None else sender.abort.call_count,
-            "kv_released": released.calls, "cached": cached.calls,
+            "kv_released": released.calls,
             "buffer_freed": alloc.available_size() - free_before,
             "streamed": s.output_streamer.stream_output.calls,
             "to_finish": kind(req.to_finish), "finished_reason": kind(req.finished_reason)}
@@ -350,7 +396,7 @@ def prefill_inflight(case: Dict[str, Any]) -> Dict[str, Any]:
         sender.conclude_state = getattr(KVPoll, case["poll"])
     init = Spy(wraps=sender.init)
     sender.init = init
-    sends, released = Spy(), Spy()
+    sends, released = Spy(), ReleaseSpy()
     s.send_kv_chunk = lambda r, last_chunk=False, **kw: sends(last_chunk)
     # the parked branch checkpoints the request after finalize from 0.5.21 on
     # (a cache-tree effect the model does not track; notes/conformance.md)
