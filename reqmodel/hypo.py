@@ -50,10 +50,11 @@ DB_PATH = os.path.join(".hypothesis", "reqmodel")
 # number of distinct free pages in drawn scenarios; the exhaustive engine
 # enumerates all of them)
 MAX_CHOICES = 256
-# an event's timer is drawn in [0, EVENT_HORIZON] steps of its request; a
-# request's whole life on both workers takes 10 to 20 steps in the built-in
-# scenarios
+# an event's timer counts its request's steps on the event's worker, drawn in
+# [0, EVENT_HORIZON + 1] (past the horizon: only when nothing else can move);
+# a request's life on one worker takes 5 to 10 steps in the built-in scenarios
 EVENT_HORIZON = 10
+WORKERS = ("P", "D")
 WORKER = {a.name: "D" if a.name.startswith("d_") else "P" for a in ACTIONS}
 THREADS = ("P", "D", "X")  # a request's prefill side, decode side, KV transfer
 THREAD = {a.name: "X" if a.actor == "transfer" else WORKER[a.name] for a in ACTIONS}
@@ -133,7 +134,7 @@ def machine(release: Release, scenario, props: Sequence[Property],
         self.n = sc.n
         self.state = initial_state(sc)
         self.steps = []
-        self._progress = {(w, r): 0 for w in ("P", "D") for r in range(sc.n)}
+        self._progress = {(w, r): 0 for w in WORKERS for r in range(sc.n)}
         self._enabled_for = None
 
     def __init__(self):
@@ -154,13 +155,10 @@ def machine(release: Release, scenario, props: Sequence[Property],
 
     ns = {"__init__": __init__}
 
-    def broke(self, p: Property) -> None:
-        raise Violation(p.name, tuple(self.steps), self.scenario)
-
     def enabled_map(self) -> Dict[str, List[int]]:
         """action -> requests it may fire for now, computed once per state.
 
-        Three tiers, drawn per run (``choose_run``):
+        Three tiers, drawn per run (``start``):
         * an event whose timer has run out is *due*: due events fire before
           anything else, at the first step where their guard allows, so an
           interrupt lands at a precise point of its request's life;
@@ -226,27 +224,22 @@ def machine(release: Release, scenario, props: Sequence[Property],
                                           max_size=len(pairs))).map(
                     lambda t: {**t[0], **t[1]}))
 
-    def choose_run(self, timers, delayed):
-        """Per run: when each scenario event is due (an event whose timer is
-        past EVENT_HORIZON fires only when nothing else can move; interrupts
-        such as client aborts would otherwise fire at almost every step), and
-        which threads (a request's prefill, decode or transfer side) and
-        (action, request) pairs wait."""
-        self._timers = dict(timers)
-        self._delayed = dict(delayed)
-        self._enabled_for = None
-
     def quiescent(self):
         return self.state is not None and not any(self.enabled_map().values())
 
     def start(self, data):
-        """Start a run: draw its scenario (unless fixed), events and delays.
+        """Start a run: draw its scenario (unless fixed), then when each
+        scenario event is due (a timer past EVENT_HORIZON fires only when
+        nothing else can move; interrupts such as client aborts would
+        otherwise fire at almost every step), and which threads (a request's
+        prefill, decode or transfer side) and (action, request) pairs wait.
         A run that can no longer move starts over, so one Hypothesis example
         holds several runs (``stateful_step_count`` steps in all): a run takes
         10 to 30 steps, and the rest of the example would be idle."""
         setup(self, scenario if fixed else data.draw(scenario, label="scenario"))
         ev_s, delay_s = run_strategies(self.scenario)
-        choose_run(self, data.draw(ev_s, label="events"), data.draw(delay_s, label="delayed"))
+        self._timers = dict(data.draw(ev_s, label="events"))
+        self._delayed = dict(data.draw(delay_s, label="delayed"))
         stats.runs += 1
 
     ns["start"] = precondition(lambda self: self.state is None or quiescent(self))(
@@ -276,7 +269,7 @@ def machine(release: Release, scenario, props: Sequence[Property],
             self._answered = max(self._answered, answered(nxt))
             for p in trans:
                 if not p.holds_on(pre, step, evs, nxt):
-                    return broke(self, p)
+                    raise Violation(p.name, tuple(self.steps), self.scenario)
         fire.__name__ = fire.__qualname__ = a.name  # before decorating: rules print by name
         return precondition(lambda self: bool(enabled_rids(self)))(rule(data=st.data())(fire))
 
@@ -299,7 +292,7 @@ def machine(release: Release, scenario, props: Sequence[Property],
                 return
             ok = p.holds_in(self.state)
             if ok == good_is_failure:  # safety: not ok; reachability: reached
-                broke(self, p)
+                raise Violation(p.name, tuple(self.steps), self.scenario)
         check.__name__ = f"inv_{p.name.replace('-', '_')}"
         return check
 

@@ -27,9 +27,6 @@ def model_cases(rel):
 @functools.lru_cache(maxsize=None)
 def real(code_rel):
     """The real code of ``code_rel`` on every model release's cases."""
-    assert conform.ready(ROOT, code_rel), (
-        f"no conformance environment for {code_rel} in {ROOT}: run "
-        "`reqmodel conform --setup`")
     allcases = [c for m in RELEASES for c in model_cases(m)]
     answer = conform.drive(ROOT, code_rel, [c.to_worker() for c in allcases])
     out, i = {}, 0

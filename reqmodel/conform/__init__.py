@@ -95,6 +95,12 @@ def ready(root: pathlib.Path, release: str) -> bool:
     return python(root).exists() and (tree(root, release) / "sglang" / "srt").is_dir()
 
 
+def require(root: pathlib.Path, release: str) -> None:
+    if not ready(root, release):
+        raise ConformError(f"the conformance environment has no sglang {release} in {root}; "
+                           f"run: reqmodel conform --setup --release {release}")
+
+
 @attrs.frozen
 class Mismatch:
     seam: str
@@ -122,9 +128,7 @@ class Outcome:
 
 def drive(root: pathlib.Path, release: str, worker_cases: List[dict]) -> dict:
     """Run the worker for ``release`` on ``worker_cases``; its JSON answer."""
-    if not ready(root, release):
-        raise ConformError(f"the conformance environment has no sglang {release} in {root}; "
-                           f"run: reqmodel conform --setup --release {release}")
+    require(root, release)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree(root, release)), str(HERE)]),
                PYTHONNOUSERSITE="1")
     res = subprocess.run([str(python(root)), str(HERE / "worker.py")],
@@ -152,9 +156,7 @@ def compare(cases, answer: dict) -> List[Mismatch]:
 def run(root: pathlib.Path, release: Release, model_release: Release,
         target: int = 1000) -> Outcome:
     from . import cases as cases_mod
-    if not ready(root, release.name):
-        raise ConformError(f"the conformance environment has no sglang {release.name} in {root}; "
-                           f"run: reqmodel conform --setup --release {release.name}")
+    require(root, release.name)  # before the model spends a minute on cases
     t0 = time.perf_counter()
     cases = cases_mod.model_cases(model_release, target)
     answer = drive(root, release.name, [c.to_worker() for c in cases])

@@ -63,6 +63,11 @@ def setup() -> Dict[str, Any]:
     for module in (sb, pf, dc, du):
         if hasattr(module, "get_parallel"):
             module.get_parallel = lambda: _PARALLEL
+    # the DeepSeek-V4 rebootstrap predicate (0.5.21 name, 0.5.22 name) reads a
+    # real allocator; no modelled request is a DSV4 one
+    for name in ("dsv41_dspark_needs_rebootstrap", "dsv4_needs_rebootstrap"):
+        if hasattr(dc, name):
+            setattr(dc, name, lambda *a, **k: False)
     if not dist.is_initialized():
         init = f"file://{tempfile.mktemp(prefix='reqmodel-gloo-')}"
         dist.init_process_group("gloo", init_method=init, rank=0, world_size=1)
@@ -160,22 +165,28 @@ class StreamSpy(Spy):
         self.calls += len(reqs)
 
 
-def door_scheduler():
-    """The scheduler the doors see: a namespace with spies and mocks, and the
-    real unbound ``retire_unadmitted_request`` where the release has it."""
-    s = types.SimpleNamespace()
+def collaborators(s):
+    """What both scheduler stand-ins hold: the stream spy, mocks for the tree
+    cache, beam coordinator and metrics, the one-rank groups."""
     s.output_streamer = types.SimpleNamespace(stream_output=StreamSpy())
     s.tree_cache = mock.MagicMock()
     s.beam_coordinator = mock.MagicMock()
     s.metrics_reporter = mock.MagicMock()
-    s._release_aborted_request = mock.MagicMock()
     s.metrics_collector = mock.MagicMock()
+    s._release_aborted_request = mock.MagicMock()
     s.enable_metrics = False
+    s.scheduler_stage_metrics = None
+    s.processed_tokens_counter = 0
     s.token_to_kv_pool_allocator = types.SimpleNamespace(page_size=1)
     s.attn_cp_cpu_group = s.attn_tp_cpu_group = s.tp_cpu_group = _GROUP
-    s.processed_tokens_counter = 0
+    return s
+
+
+def door_scheduler():
+    """The scheduler the doors see: a namespace with spies and mocks, and the
+    real unbound ``retire_unadmitted_request`` where the release has it."""
+    s = collaborators(types.SimpleNamespace())
     s.enable_hisparse = False
-    s.scheduler_stage_metrics = None
     real = getattr(sch.Scheduler, "retire_unadmitted_request", None)
     s.retire_unadmitted_request = Spy(
         None if real is None else (lambda req: real(s, req)))
@@ -216,9 +227,6 @@ def decode_queue(s, buffers: int):
     q.tp_rank, q.tp_size, q.pp_rank, q.pp_size = 0, 1, 0, 1
     q.tree_cache = mock.MagicMock()
     q._check_if_req_exceed_kv_capacity = lambda req: False
-    for name in ("dsv41_dspark_needs_rebootstrap", "dsv4_needs_rebootstrap"):
-        if hasattr(dc, name):
-            setattr(dc, name, lambda *a, **k: False)
     return q
 
 
@@ -267,25 +275,43 @@ class _ResultScheduler(pf.SchedulerDisaggregationPrefillMixin):
 
 
 def result_scheduler(buffers: int):
-    s = _ResultScheduler()
+    """The result side: the real mixin on an empty subclass, with the
+    inflight, waiting and bootstrap queues (one metadata allocator, as in the
+    scheduler) and spies for what leaves the process."""
+    s = collaborators(_ResultScheduler())
     s.disagg_prefill_inflight_queue = []
     s.disagg_prefill_pending_chunk_rids = set()
+    s.waiting_queue = []
     s.enable_overlap = False
     s.chunked_req = None
     s.enable_hicache_storage = False
     s.spec_algorithm = types.SimpleNamespace(is_eagle=lambda: False)
-    s.scheduler_stage_metrics = None
-    s.tree_cache = mock.MagicMock()
     s.batch_result_processor = mock.MagicMock()
-    s.metrics_reporter = mock.MagicMock()
     s.server_args = mock.MagicMock()
+    s.attn_tp_group = s.tp_group = mock.MagicMock()
+    s.ps = _PARALLEL
     s.maybe_send_health_check_signal = lambda: None
-    s._release_aborted_request = mock.MagicMock()
-    s.metrics_collector = mock.MagicMock()
-    s.enable_metrics = False
-    s.output_streamer = types.SimpleNamespace(stream_output=StreamSpy())
     s.req_to_metadata_buffer_idx_allocator = du.ReqToMetadataIdxAllocator(buffers)
+    s.disagg_prefill_bootstrap_queue = prefill_queue(door_scheduler(), 1 << 20, 1 << 20, 1)
+    s.disagg_prefill_bootstrap_queue.req_to_metadata_buffer_idx_allocator = \
+        s.req_to_metadata_buffer_idx_allocator
+    s.sends = Spy()
+    s.send_kv_chunk = lambda r, last_chunk=False, **kw: s.sends(last_chunk)
     return s
+
+
+def result_req(s, spec: Dict[str, Any], sender: bool):
+    """A request in the result side's state: the model's record, a metadata
+    buffer taken from the scheduler's allocator if it holds one, and a real
+    ``FakeKVSender`` created by the real door (or none)."""
+    req = make_req("r", spec["tokens"], 1)
+    if sender:
+        s.disagg_prefill_bootstrap_queue.create_sender(req, 1)
+    shape(req, dict(spec, holds_metadata=False))
+    if spec.get("holds_metadata"):
+        req.metadata_buffer_index = s.req_to_metadata_buffer_idx_allocator.alloc()
+    req.pending_bootstrap = spec["pending_bootstrap"]
+    return req
 
 
 def prefill_result(case: Dict[str, Any]) -> Dict[str, Any]:
@@ -297,76 +323,62 @@ def prefill_result(case: Dict[str, Any]) -> Dict[str, Any]:
     ``checkpoint_disagg_prefill`` where it replaced it) are spies."""
     import torch
     from sglang.srt.managers.utils import GenerationBatchResult
-    spec = case["req"]
     s = result_scheduler(case["buffers"])
     alloc = s.req_to_metadata_buffer_idx_allocator
-    req = make_req("r", spec["tokens"], 1)
-    shape(req, dict(spec, holds_metadata=False))
-    if spec.get("holds_metadata"):
-        req.metadata_buffer_index = alloc.alloc()
-    req.pending_bootstrap = spec["pending_bootstrap"]
-    req.disagg_kv_sender = mock.MagicMock() if spec["sender"] else None
-    # a middle chunk's result: chunks still due, the overlap loop (which
-    # sends middle chunks from here), and whether the next chunk was launched
-    req.inflight_middle_chunks = case.get("middle_chunks", 0)
-    get_disagg = getattr(pf, "get_disagg", None)
-    if case.get("middle_chunks"):
-        s.enable_overlap = True
-        s.chunked_req = req if case["still_chunking"] else None
-        req.extend_range = None
-        req.tmp_end_idx = case["end_tokens"]
-        # optimistic_release_and_requeue: the waiting queue, the bootstrap
-        # queue it falls back to, and the attempts setting it reads
-        s.waiting_queue = []
-        s.processed_tokens_counter = 0
-        door = prefill_queue(door_scheduler(), 1 << 20, 1 << 20, 1)
-        door.req_to_metadata_buffer_idx_allocator = alloc
-        s.disagg_prefill_bootstrap_queue = door
-        req.prefill_attempt_count = case["attempts_used"]
-        if get_disagg is not None:
-            real_disagg = get_disagg()
-            attempts = case["attempts"]
-
-            class _Disagg:
-                optimistic_prefill_attempts = attempts
-
-                def __getattr__(self, name):
-                    return getattr(real_disagg, name)
-            pf.get_disagg = lambda: _Disagg()
-    free_before = alloc.available_size()
-    sends, released, cached = Spy(), ReleaseSpy(), Spy()
-    s.send_kv_chunk = lambda r, last_chunk=False, **kw: sends(last_chunk)
+    req = result_req(s, case["req"], sender=False)
+    req.disagg_kv_sender = mock.MagicMock() if case["req"]["sender"] else None
+    released, cached = ReleaseSpy(), Spy()
     patches = [mock.patch.object(pf, "release_kv_cache", released)]
     if hasattr(pf, "maybe_cache_unfinished_req"):
         patches.append(mock.patch.object(pf, "maybe_cache_unfinished_req", cached))
     if hasattr(pf.SchedulerDisaggregationPrefillMixin, "checkpoint_disagg_prefill"):
         s.checkpoint_disagg_prefill = cached
+    # a middle chunk's result: chunks still due, the overlap loop (which
+    # sends middle chunks from here), whether the next chunk was launched,
+    # and the attempts optimistic_release_and_requeue reads
+    middle = case.get("middle_chunks", 0)
+    req.inflight_middle_chunks = middle
+    if middle:
+        s.enable_overlap = True
+        s.chunked_req = req if case["still_chunking"] else None
+        req.extend_range = None
+        req.tmp_end_idx = case["end_tokens"]
+        req.prefill_attempt_count = case["attempts_used"]
+        if hasattr(pf, "get_disagg"):
+            patches.append(mock.patch.object(
+                pf, "get_disagg", _with_attempts(pf.get_disagg(), case["attempts"])))
+    free_before = alloc.available_size()
     batch = mock.MagicMock()
     batch.reqs, batch.spec_info, batch.return_logprob = [req], None, False
     result = GenerationBatchResult(next_token_ids=torch.tensor([11]))
-    try:
-        with contextlib.ExitStack() as stack:
-            for p in patches:
-                stack.enter_context(p)
-            s.process_batch_result_disagg_prefill(batch, result)
-    finally:
-        if get_disagg is not None:
-            pf.get_disagg = get_disagg
+    with contextlib.ExitStack() as stack:
+        for p in patches:
+            stack.enter_context(p)
+        s.process_batch_result_disagg_prefill(batch, result)
     sender = req.disagg_kv_sender
-    out = {}
-    if case.get("middle_chunks"):
+    if middle:
         out = {"requeued": ("waiting" if req in s.waiting_queue else "bootstrap"
                             if req in s.disagg_prefill_bootstrap_queue.queue else None),
                "pending_bootstrap": bool(req.pending_bootstrap),
                "is_retracted": bool(req.is_retracted)}
-    if not out:
+    else:
         out = {"cached": cached.calls}
-    return {**out, "inflight": req in s.disagg_prefill_inflight_queue, "sent": sends.calls,
+    return {**out, "inflight": req in s.disagg_prefill_inflight_queue, "sent": s.sends.calls,
             "sender_aborted": 0 if sender is None else sender.abort.call_count,
             "kv_released": released.calls,
             "buffer_freed": alloc.available_size() - free_before,
             "streamed": s.output_streamer.stream_output.calls,
             "to_finish": kind(req.to_finish), "finished_reason": kind(req.finished_reason)}
+
+
+def _with_attempts(real, attempts: int):
+    """``get_disagg`` with ``optimistic_prefill_attempts`` set from the scenario."""
+    class Disagg:
+        optimistic_prefill_attempts = attempts
+
+        def __getattr__(self, name):
+            return getattr(real, name)
+    return lambda: Disagg()
 
 
 def prefill_inflight(case: Dict[str, Any]) -> Dict[str, Any]:
@@ -375,29 +387,16 @@ def prefill_inflight(case: Dict[str, Any]) -> Dict[str, Any]:
     over the one-rank gloo group, a real ``FakeKVSender`` created by the
     prefill door and latched to the concluded state; ``release_kv_cache`` and
     the tree cache are spies."""
-    spec = case["req"]
     s = result_scheduler(case["buffers"])
-    s.attn_cp_cpu_group = s.attn_tp_cpu_group = s.tp_cpu_group = _GROUP
-    s.attn_tp_group = s.tp_group = mock.MagicMock()
-    s.ps = _PARALLEL
     alloc = s.req_to_metadata_buffer_idx_allocator
-    req = make_req("r", spec["tokens"], 1)
-    door = prefill_queue(door_scheduler(), 1 << 20, 1 << 20, 1)
-    door.req_to_metadata_buffer_idx_allocator = alloc  # one allocator, as in the scheduler
-    s.disagg_prefill_bootstrap_queue = door
-    door.create_sender(req, 1)
-    shape(req, dict(spec, holds_metadata=False))
-    if spec.get("holds_metadata"):
-        req.metadata_buffer_index = alloc.alloc()
-    req.pending_bootstrap = spec["pending_bootstrap"]
+    req = result_req(s, case["req"], sender=True)
     from sglang.srt.disaggregation.base import KVPoll
     sender = req.disagg_kv_sender
     if case["poll"] != "WaitingForInput":  # a fresh fake sender polls WaitingForInput
         sender.conclude_state = getattr(KVPoll, case["poll"])
     init = Spy(wraps=sender.init)
     sender.init = init
-    sends, released = Spy(), ReleaseSpy()
-    s.send_kv_chunk = lambda r, last_chunk=False, **kw: sends(last_chunk)
+    released = ReleaseSpy()
     # the parked branch checkpoints the request after finalize from 0.5.21 on
     # (a cache-tree effect the model does not track; notes/conformance.md)
     s.cache_unfinished_disagg_prefill = s.checkpoint_disagg_prefill = Spy()
@@ -408,7 +407,7 @@ def prefill_inflight(case: Dict[str, Any]) -> Dict[str, Any]:
     return {"left_queue": req not in s.disagg_prefill_inflight_queue,
             "kv_released": released.calls, "buffer_freed": alloc.available_size() - free_before,
             "streamed": s.output_streamer.stream_output.calls,
-            "sender_init": init.calls, "sent": sends.calls,
+            "sender_init": init.calls, "sent": s.sends.calls,
             "pending_bootstrap": bool(req.pending_bootstrap),
             "to_finish": kind(req.to_finish), "finished_reason": kind(req.finished_reason)}
 
