@@ -1,11 +1,12 @@
-"""The verdict table through the Hypothesis engine (issue #4, in progress).
+"""The verdict table through the Hypothesis engine (issue #4).
 
 Profile: ``HYPOTHESIS_PROFILE`` (``dev`` | ``ci`` | ``thorough``, default
 ``ci``: derandomized, so CI is reproducible).  For cells where a property
 holds, one machine per (release, scenario) checks them all at once and must
-find nothing; for violated cells that the ``ci`` budget finds (listed in
-FOUND_BY_CI, measured by benchmarks/bench_hypothesis.py), a focused run must
-find a counterexample and write it as an ITF trace that replays.
+find nothing; for every violated cell of the table, a focused run must find a
+counterexample, write it as an ITF trace that replays, and (under ``ci``)
+shrink it to the exhaustive engine's shortest length. The cells ``ci`` is
+measured not to find are strict xfails (NOT_FOUND_BY_CI).
 """
 import pytest
 from hypothesis.stateful import run_state_machine_as_test
@@ -43,31 +44,36 @@ def test_nothing_found_where_the_table_says_holds(hprofile, sc, release):
         pytest.fail(f"{v.prop} violated on {release}/{sc}: {[str(s) for s in v.steps]}")
 
 
-FOUND_BY_CI = [
-    ("no-foreign-kv-read", "incident", "0.5.19"),
-    ("rejected-never-succeeds", "incident", "0.5.19"),
-    ("pending-abort-not-overwritten", "incident", "0.5.19"),
-    ("no-late-result-side-effects", "late-result-unit", "0.5.19"),
-    ("reject-acquires-nothing", "incident", "0.5.19"),
-    ("reject-acquires-nothing", "incident", "0.5.20"),
-    ("release-exactly-once", "late-result-unit", "0.5.19"),
-    ("aborted-not-preallocated", "decode-reject", "0.5.19"),
-    ("aborted-not-preallocated", "decode-reject", "0.5.20"),
-    ("rejected-never-succeeds", "both-reject", "0.5.19"),
-    ("aborted-not-preallocated", "both-reject", "0.5.19"),
-    ("aborted-not-preallocated", "both-reject", "0.5.20"),
-    ("no-foreign-kv-read", "auto-truncate", "0.5.19"),
-    ("no-foreign-kv-read", "auto-truncate", "0.5.20"),
-    ("no-foreign-kv-read", "auto-truncate", "0.5.21"),
-    ("no-foreign-kv-read", "auto-truncate", "0.5.22"),
-    ("no-foreign-kv-read", "auto-truncate", "0.5.23"),
-    ("no-foreign-kv-read", "auto-truncate-checksum", "0.5.19"),
-    ("no-foreign-kv-read", "auto-truncate-checksum", "0.5.20"),
-    ("aborted-not-preallocated", "pause-abort", "0.5.20"),
-    ("aborted-not-preallocated", "pause-abort", "0.5.21"),
-    ("aborted-not-preallocated", "pause-abort", "0.5.22"),
-    ("aborted-not-preallocated", "pause-abort", "0.5.23"),
-]
+def violated_cells():
+    """Every (property, scenario, release) the verdict table says is violated."""
+    for prop, (sc, row) in REFERENCE.items():
+        for rel, c in zip(RELEASES, row):
+            if c.startswith("F"):
+                yield prop, sc, rel
+    for (prop, sc), row in ESTABLISHED.items():
+        for rel, c in zip(RELEASES, row):
+            if c.startswith("F"):
+                yield prop, sc, rel
+
+
+# Cells the ci profile does not find (benchmarks/bench_hypothesis.py; the
+# per-run rates and the orderings they need are in notes/performance.md).
+# Strict: when the search improves and finds one, the test fails until the
+# cell is taken off this list.
+NOT_FOUND_BY_CI = {
+    ("abort-is-terminal", "optimistic-abort-unit", "0.5.19"):
+        "about 1 run in 1,000 lines up the yield, the abort and the result",
+    ("no-foreign-kv-read", "optimistic-abort-unit", "0.5.19"):
+        "four orderings at once: none in 20,000 sampled runs",
+    ("no-foreign-kv-read", "optimistic-abort-unit", "0.5.20"):
+        "four orderings at once: none in 20,000 sampled runs",
+}
+FOUND_BY_CI = [pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason=NOT_FOUND_BY_CI[c]))
+               if c in NOT_FOUND_BY_CI else c for c in violated_cells()]
+
+
+def test_the_misses_are_cells_of_the_table():
+    assert set(NOT_FOUND_BY_CI) <= set(violated_cells())
 
 
 @pytest.mark.parametrize("prop,sc,release", FOUND_BY_CI)
@@ -77,6 +83,8 @@ def test_violations_are_found_and_written_as_traces(hprofile, tmp_path, prop, sc
     hv = hypo.check_property(releases.get(release), scen, p, hprofile)
     assert hv.verdict.verdict == "violated", f"not found in {hv.examples} examples"
     shortest = explore.explore(releases.get(release), scen, [p]).verdicts[prop].trace_length
+    if hprofile == "ci":  # measured: every cell found shrinks to the shortest
+        assert hv.verdict.trace_length == shortest, (hv.shrunk_length, shortest)
     assert hv.verdict.trace_length >= shortest
     path = tmp_path / f"{prop}-{sc}.itf.json"
     itf.write(path, hv.verdict.trace, scen, engine="hypothesis")

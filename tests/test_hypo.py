@@ -1,0 +1,88 @@
+"""The Hypothesis engine's own machinery: run schedules and minimisation."""
+import random
+
+from reqmodel import explore, hypo, properties, releases, scenario
+from reqmodel.actions import Ctx, Step
+
+INCIDENT = scenario.builtin("incident")
+CTX19 = Ctx(release=releases.get("0.5.19"), scenario=INCIDENT)
+REJECTED = properties.CATALOG["rejected-never-succeeds"]
+
+# the rejected request answered 200 by decode: 13 steps, none of which can be
+# deleted; the shortest answer-200 is prefill's own, 11 steps
+DECODE_200 = ("d_intake d_door d_prealloc p_intake p_door p_recv_metadata p_pop_bootstrapped "
+              "p_forward p_result xfer_chunk d_transferred d_attend d_respond").split()
+
+
+def decode_200_trace():
+    steps = hypo.until_hit(CTX19, REJECTED, [Step(a, 0, ()) for a in DECODE_200], repair=True)
+    assert steps is not None and [s.action for s in steps] == DECODE_200
+    return steps
+
+
+def test_deleting_steps_cannot_shorten_a_trace_with_a_longer_ending():
+    steps = decode_200_trace()
+    assert hypo.delete_steps(CTX19, REJECTED, steps) == steps
+
+
+def test_the_tail_search_finds_the_shorter_ending():
+    steps = decode_200_trace()
+    shorter = hypo.shorten_tail(CTX19, REJECTED, steps)
+    assert shorter is not None and len(shorter) == 11
+    assert shorter[:10] == steps[:10] and shorter[-1].action == "p_inflight"
+    assert hypo.breaks(CTX19, REJECTED, shorter) == 11
+    shortest = explore.explore(releases.get("0.5.19"), INCIDENT, [REJECTED])
+    assert len(hypo.minimise(CTX19, REJECTED, steps)) == shortest.verdicts[REJECTED.name].trace_length
+
+
+def test_the_tail_search_stops_at_its_budget_and_at_the_shortest():
+    steps = decode_200_trace()
+    assert hypo.shorten_tail(CTX19, REJECTED, steps, budget=1) is None
+    assert hypo.shorten_tail(CTX19, REJECTED, hypo.minimise(CTX19, REJECTED, steps)) is None
+
+
+def test_schedules_are_a_function_of_the_seed():
+    sc = scenario.builtin("optimistic-abort-unit")
+    a = hypo.draw_schedule(random.Random("7|x"), sc)
+    assert a == hypo.draw_schedule(random.Random("7|x"), sc)
+    assert a != hypo.draw_schedule(random.Random("7|y"), sc)
+
+
+def test_schedules_mix_priority_and_delay_runs_and_spread_timers():
+    sc = scenario.builtin("optimistic-abort-unit")
+    pairs, _, events = hypo._run_space(sc)
+    rnd = random.Random(1)
+    kinds, timers = set(), set()
+    for _ in range(200):
+        t, rank, delayed = hypo.draw_schedule(rnd, sc)
+        assert set(t) == set(events)
+        timers.update(t.values())
+        if rank is None:
+            kinds.add("delay")
+        else:
+            kinds.add("priority")
+            assert sorted(rank.values()) == list(range(len(pairs))) and not delayed
+    assert kinds == {"priority", "delay"}
+    assert timers == set(range(hypo.EVENT_HORIZON + 2))
+
+
+class ZeroSeeds:
+    """Hypothesis often draws the simplest value; here every seed is 0."""
+
+    def draw(self, strategy, label=None):
+        return 0
+
+
+def test_runs_of_one_example_differ_even_when_every_seed_is_zero():
+    sc = scenario.builtin("optimistic-abort-unit")
+    M = hypo.machine(releases.get("0.5.19"), sc, [properties.CATALOG["abort-is-terminal"]])
+    rules = {n: getattr(M, n).hypothesis_stateful_rule.function for n in dir(M)
+             if hasattr(getattr(M, n), "hypothesis_stateful_rule")}
+    m = M()
+    rules["start"](m, ZeroSeeds())
+    first = (m._timers, m._rank, m._delayed)
+    for _ in range(5):
+        name = next(k for k, v in m.enabled_map().items() if v)
+        rules[name](m, ZeroSeeds())
+    rules["start"](m, ZeroSeeds())
+    assert (m._timers, m._rank, m._delayed) != first
