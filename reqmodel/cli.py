@@ -284,14 +284,29 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, out, 
         scenarios = [sc_mod.builtin(n) for n in sc_mod.builtin_names()]
     props = props_mod.select([])
     outdir = pathlib.Path(out) if out else pathlib.Path("reqmodel-out/guard") / prop.name
+    # fast first pass: Z3 on the replaced guard points alone
+    from . import symbolic
+    points = [n for n in prop.replaced if n in props_mod.g.GUARD_POINTS]
+    try:
+        first = symbolic.diff(symbolic.Subject(prop.base.name, prop.base),
+                              symbolic.Subject(prop.path, prop.release), points=points)
+    except symbolic.SymbolicError as exc:
+        first = None  # not encodable: the exhaustive check still runs
+        first_note = str(exc)
+    unchanged = (first is not None and points and len(points) == len(prop.replaced)
+                 and not prop.scenario_overrides and all(p.status != "differs" for p in first))
     pending: list = []
-    rows = guardcheck.compare(prop, scenarios, props, outdir, max_states=max_states,
-                              pending=pending)
-    costs = {} if no_cost else guardcheck.cost(prop, scenarios, max_states=max_states)
-    guardcheck.write(pending)  # only once everything ran
+    rows, costs = [], {}
+    if not unchanged:
+        rows = guardcheck.compare(prop, scenarios, props, outdir, max_states=max_states,
+                                  pending=pending)
+        costs = {} if no_cost else guardcheck.cost(prop, scenarios, max_states=max_states)
+        guardcheck.write(pending)  # only once everything ran
     if as_json:
         click.echo(json.dumps({"base": prop.base.name, "proposal": prop.path,
                                "replaced": list(prop.replaced),
+                               "first_pass": None if first is None else [_point_json(p) for p in first],
+                               "same_as_base": bool(unchanged),
                                "results": [r.as_json() for r in rows], "cost": costs}, indent=1))
         return
     console = _console()
@@ -299,6 +314,19 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, out, 
                   f"{', '.join(prop.replaced) or 'nothing'}"
                   + (f", forces {prop.scenario_overrides}" if prop.scenario_overrides else ""),
                   highlight=False, markup=False)
+    if first is None:
+        console.print(f"first pass (Z3) skipped: {first_note}", highlight=False, markup=False)
+    for p in first or ():
+        n = len(p.regions)
+        what = {"same": "the base's own implementation",
+                "equivalent": "decides like the base on every request state (Z3)",
+                "differs": f"decides differently from the base in {n} region{'s' * (n != 1)} "
+                           f"of request states (see 'reqmodel guard diff {prop.base.name} {prop.path}')"}
+        console.print(f"first pass: {p.name} {what[p.status]}", highlight=False, markup=False)
+    if unchanged:
+        console.print("The proposal decides exactly like its base everywhere: its verdicts are "
+                      "the base's, so the exhaustive check was not run.", highlight=False, markup=False)
+        return
     counts = {}
     for r in rows:
         counts[r.change] = counts.get(r.change, 0) + 1

@@ -168,3 +168,40 @@ def test_guard_diff_cli_bad_input(capsys, tmp_path):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert "cannot be encoded" in err and err.count("\n") == 1
+
+
+EQUIVALENT_DOOR = '''"""#38935's prefill door written out by hand."""
+from reqmodel.proposal import is_aborted
+base = "0.5.21"
+
+
+def prefill_door(req):
+    if not is_aborted(req):
+        return False
+    return not (req.is_retracted or req.holds_kv or req.holds_mamba
+                or req.metadata_buffer_index >= 0 or bool(req.retraction_backup))
+'''
+
+
+def test_guard_check_skips_exploration_when_z3_proves_the_proposal_changes_nothing(
+        capsys, tmp_path):
+    f = tmp_path / "same.py"
+    f.write_text(EQUIVALENT_DOOR)
+    with pytest.raises(SystemExit) as e:
+        main(["guard", "check", str(f), "--json", "--out", str(tmp_path / "out")])
+    assert e.value.code in (0, None)
+    out = json.loads(capsys.readouterr().out)
+    assert out["same_as_base"] and out["results"] == []
+    assert [p["status"] for p in out["first_pass"]] == ["equivalent"]
+
+
+def test_guard_check_reports_the_first_pass_and_still_explores(capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        main(["guard", "check", "notes/examples/pr38935-on-0.5.20.py", "--scenario", "incident",
+              "--no-cost", "--json", "--out", str(tmp_path / "out")])
+    assert e.value.code in (0, None)
+    out = json.loads(capsys.readouterr().out)
+    assert not out["same_as_base"]
+    assert {p["name"]: p["status"] for p in out["first_pass"]} == {
+        "prefill_door": "differs", "decode_door": "differs"}
+    assert any(r["change"] == "fixed" for r in out["results"])
