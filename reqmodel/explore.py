@@ -25,7 +25,7 @@ import networkx as nx
 from .actions import Ctx, Event, Step, apply, initial_state, successors
 from .properties import Property
 from .releases import Release
-from .scenario import Scenario
+from .scenario import EVENT_NAMES, Scenario
 from .state import State
 from .symmetry import canonical
 
@@ -97,8 +97,12 @@ class _Interner:
                      aborted_by_client=t.setdefault(s.aborted_by_client, s.aborted_by_client))
 
 
-def symmetry_classes(sc: Scenario) -> Tuple[int, ...]:
-    return tuple(sc.prompt_pages)
+def symmetry_classes(sc: Scenario) -> Tuple[Tuple, ...]:
+    """Requests permute only when nothing in the scenario tells them apart:
+    the same prompt length and the same events (an abort allowed on request 0
+    only makes request 0 different from an equal request 1)."""
+    return tuple((pages, tuple(sc.events.on(e, r) for e in EVENT_NAMES))
+                 for r, pages in enumerate(sc.prompt_pages))
 
 
 def explore(release: Release, scenario: Scenario, props: Sequence[Property],
