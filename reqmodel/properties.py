@@ -18,10 +18,10 @@ from typing import Callable, Dict, Optional, Tuple
 import attrs
 
 from . import guards as g
-from .actions import Event, Step
+from .actions import Event, Step, room_id
 from .releases import Release
 from .scenario import Scenario
-from .state import PStage, DStage, State
+from .state import DStage, KVPoll, PStage, State
 
 
 @attrs.frozen
@@ -186,6 +186,55 @@ prop(
     name="aborted-not-preallocated", kind="always", ref="I16",
     text="Decode never preallocates pages for a request that is already aborted.",
     transition=lambda pre, step, evs, post: not any(e.info[0] for e in _events(evs, "prealloc")),
+)
+
+# ------------------------------------------- lifetime and ownership (#3)
+
+
+def _no_write_into_reused_page(pre, step, evs, post) -> bool:
+    for e in _events(evs, "write"):
+        if any(pre.d_pages[pg].owner not in (None, e.rid) for pg in e.info):
+            return False
+    return True
+
+
+prop(
+    name="no-reuse-during-inflight-write", kind="always", ref="#3",
+    text="A KV chunk in flight never lands in a decode page that has since been handed to another request.",
+    transition=_no_write_into_reused_page,
+)
+
+
+def _status_monotone(pre, step, evs, post) -> bool:
+    for a, b in zip(pre.rooms, post.rooms):
+        old, new = a.status, b.status
+        if old is None or new is None or old == new:
+            continue  # created, cleared, unchanged
+        if old == KVPoll.Failed or (new < old and new != KVPoll.Failed):
+            return False
+    return True
+
+
+prop(
+    name="transfer-status-monotone", kind="always", ref="#3",
+    text="A room's transfer status only moves up the KVPoll order or to Failed, and Failed is never replaced (until the entry is cleared).",
+    transition=_status_monotone,
+)
+
+
+def _commits_own_metadata(pre, step, evs, post) -> bool:
+    for e in _events(evs, "commit"):
+        req = pre.d[e.rid]
+        slot = pre.d_slots[req.meta_slot]
+        if slot.room != room_id(e.rid) or slot.covered_pages < req.reserved_pages:
+            return False
+    return True
+
+
+prop(
+    name="metadata-integrity", kind="always", ref="#3",
+    text="Decode commits a transfer only on metadata its own room wrote, covering every page it reserved.",
+    transition=_commits_own_metadata,
 )
 
 # ------------------------------------------------------------ reachability
