@@ -9,7 +9,6 @@ shrink it to the exhaustive engine's shortest length. The cells ``ci`` is
 measured not to find are strict xfails (NOT_FOUND_BY_CI).
 """
 import pytest
-from hypothesis.stateful import run_state_machine_as_test
 
 from reqmodel import explore, hypo, itf, properties, releases, scenario, replay
 
@@ -39,7 +38,7 @@ def test_nothing_found_where_the_table_says_holds(hprofile, sc, release):
     props = [p for p in must_hold(sc, release) if p.kind == "always"]
     M = hypo.machine(releases.get(release), scenario.builtin(sc), props)
     try:
-        run_state_machine_as_test(M, settings=hypo.profile_settings(hprofile))
+        hypo.run(M, hypo.profile_settings(hprofile))
     except hypo.Violation as v:
         pytest.fail(f"{v.prop} violated on {release}/{sc}: {[str(s) for s in v.steps]}")
 
@@ -67,6 +66,13 @@ NOT_FOUND_BY_CI = {
         "four orderings at once: none in 20,000 sampled runs",
     ("no-foreign-kv-read", "optimistic-abort-unit", "0.5.20"):
         "four orderings at once: none in 20,000 sampled runs",
+    # issue #3's in-flight writes: decode releases, another request takes the
+    # page, and the chunk lands before prefill has processed the ABORT
+    **{(prop, "inflight-reuse", rel): "a write racing the abort: 0.03 to 0.2 % of runs"
+       for prop, rels in (("no-reuse-during-inflight-write", RELEASES[2:]),
+                          ("no-foreign-kv-read", RELEASES)) for rel in rels},
+    ("no-reuse-during-inflight-write", "optimistic-abort-unit", "0.5.20"):
+        "a write racing the abort: 0.03 % of runs",
 }
 FOUND_BY_CI = [pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason=NOT_FOUND_BY_CI[c]))
                if c in NOT_FOUND_BY_CI else c for c in violated_cells()]
@@ -106,7 +112,7 @@ def test_reachability_found(hprofile, sc, release):
 from hypothesis import given, settings as hsettings  # noqa: E402
 
 
-@hsettings(max_examples=50, deadline=None)
+@hsettings(max_examples=50, deadline=None, derandomize=True, database=None)
 @given(hypo.scenarios())
 def test_drawn_scenarios_are_well_formed_and_run(sc):
     from reqmodel import actions
@@ -118,10 +124,13 @@ def test_drawn_scenarios_are_well_formed_and_run(sc):
     ctx = actions.Ctx(releases.get("0.5.23"), sc)
     s = actions.initial_state(sc)
     for _ in range(40):  # the model takes steps on any drawn scenario
-        succ = list(actions.successors(ctx, s))
-        if not succ:
+        # the first successor only: listing them all enumerates every page
+        # choice, millions on a 12-page pool with many page classes (this
+        # test once grew to 14 GB)
+        succ = next(iter(actions.successors(ctx, s)), None)
+        if succ is None:
             break
-        s = succ[0][1]
+        s = succ[1]
 
 
 def test_drawn_scenarios_find_a_known_violation():

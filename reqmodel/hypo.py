@@ -34,6 +34,7 @@ import attrs
 from hypothesis import HealthCheck, Phase, settings, target
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.internal.conjecture import providers as _providers
 from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,
                                  rule, run_state_machine_as_test)
 from hypothesis.strategies._internal.featureflags import FeatureFlags
@@ -66,7 +67,10 @@ _COMMON = dict(deadline=None, stateful_step_count=80,
 # dev and ci leave shrinking to ``minimise`` (delta debugging over replay):
 # Hypothesis's own shrinker reaches the same lengths on long stateful programs
 # but takes minutes (notes/performance.md); thorough keeps it.
-_NO_SHRINK = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
+# They also leave out the targeting phase: it hill-climbs on one example
+# (the scores in ``teardown``) and, measured on auto-truncate 0.5.23, re-ran
+# one schedule 224 times out of 976 runs and missed a cell found without it.
+_NO_SHRINK = [Phase.explicit, Phase.reuse, Phase.generate]
 PROFILES = {
     "dev": dict(max_examples=100, phases=_NO_SHRINK, **_COMMON),
     "ci": dict(max_examples=400, derandomize=True, phases=_NO_SHRINK, **_COMMON),
@@ -89,6 +93,27 @@ def register_profiles() -> None:
     """Make the profiles available to pytest's ``--hypothesis-profile``."""
     for name in PROFILES:
         settings.register_profile(name, profile_settings(name))
+
+
+def run(M: type, settings_: settings) -> None:
+    """``run_state_machine_as_test`` with Hypothesis's constant injection off.
+
+    Hypothesis (6.1xx) mixes into its draws the literals it finds in the
+    project's modules *loaded so far* (``providers._get_local_constants``),
+    so a derandomized run depends on what else the process imported first:
+    measured, `pause-abort` on 0.5.19 is found after 59 test cases alone and
+    not in 451 once every reqmodel module is loaded. With the injection off
+    a ``ci`` run gives the same result in any test order."""
+    provider = getattr(_providers, "HypothesisProvider", None)
+    original = getattr(provider, "_maybe_draw_constant", None)
+    if original is None:  # a Hypothesis without constant injection
+        run_state_machine_as_test(M, settings=settings_)
+        return
+    provider._maybe_draw_constant = lambda self, *args, **kwargs: None
+    try:
+        run_state_machine_as_test(M, settings=settings_)
+    finally:
+        provider._maybe_draw_constant = original
 
 
 # --------------------------------------------------------------- machine
@@ -283,9 +308,10 @@ def machine(release: Release, scenario, props: Sequence[Property],
         ns[a.name] = make_rule(a)
 
     def teardown(self):
-        # targeted phase: steer towards runs where a reservation holds pages
-        # another request wrote (page reuse, the isolation risk) and where
-        # more requests get answered (depth); property-agnostic scores
+        # targeted phase (thorough only, see _NO_SHRINK): steer towards runs
+        # where a reservation holds pages another request wrote (page reuse,
+        # the isolation risk) and where more requests get answered (depth);
+        # property-agnostic scores
         target(float(self._stale), label="stale pages in a reservation")
         target(float(self._answered), label="answers")
 
@@ -500,7 +526,7 @@ def check_property(release: Release, scenario: Scenario, prop: Property,
     t0 = time.perf_counter()
     found: Optional[Violation] = None
     try:
-        run_state_machine_as_test(M, settings=profile_settings(profile, database))
+        run(M, profile_settings(profile, database))
     except Violation as v:
         found = v
     seconds = time.perf_counter() - t0
@@ -575,7 +601,7 @@ def find_in_drawn(release: Release, props: Sequence[Property], profile: str = "c
     while remaining:
         M = machine(release, strategy, remaining)
         try:
-            run_state_machine_as_test(M, settings=profile_settings(profile, database=False))
+            run(M, profile_settings(profile, database=False))
         except Violation as v:
             prop = next(p for p in remaining if p.name == v.prop)
             ctx = Ctx(release=release, scenario=v.scenario)
