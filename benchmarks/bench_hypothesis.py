@@ -15,18 +15,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "properties"))
 
 from reqmodel import explore, hypo, properties, releases, scenario  # noqa: E402
-from verdict_table import ESTABLISHED, REFERENCE, RELEASES  # noqa: E402
-
-
-def cells():
-    for prop, (sc, row) in REFERENCE.items():
-        for rel, c in zip(RELEASES, row):
-            if c.startswith("F"):
-                yield prop, sc, rel
-    for (prop, sc), row in ESTABLISHED.items():
-        for rel, c in zip(RELEASES, row):
-            if c.startswith("F"):
-                yield prop, sc, rel
+from verdict_table import violated_cells  # noqa: E402
 
 
 def main():
@@ -37,7 +26,7 @@ def main():
     print("| property | scenario | release | found | examples | runs | s | run length | minimised "
           "| exhaustive |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
-    for prop, sc_name, rel in cells():
+    for prop, sc_name, rel in violated_cells():
         sc = scenario.builtin(sc_name)
         p = properties.CATALOG[prop]
         ex = explore.explore(releases.get(rel), sc, [p], keep_graph=False)

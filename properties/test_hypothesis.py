@@ -12,7 +12,7 @@ import pytest
 
 from reqmodel import explore, hypo, itf, properties, releases, scenario, replay
 
-from verdict_table import ESTABLISHED, REFERENCE, RELEASES
+from verdict_table import ESTABLISHED, REFERENCE, RELEASES, violated_cells
 
 SCENARIOS = ["incident", "decode-reject", "retract-abort", "late-result", "both-reject"]
 
@@ -41,18 +41,6 @@ def test_nothing_found_where_the_table_says_holds(hprofile, sc, release):
         hypo.run(M, hypo.profile_settings(hprofile))
     except hypo.Violation as v:
         pytest.fail(f"{v.prop} violated on {release}/{sc}: {[str(s) for s in v.steps]}")
-
-
-def violated_cells():
-    """Every (property, scenario, release) the verdict table says is violated."""
-    for prop, (sc, row) in REFERENCE.items():
-        for rel, c in zip(RELEASES, row):
-            if c.startswith("F"):
-                yield prop, sc, rel
-    for (prop, sc), row in ESTABLISHED.items():
-        for rel, c in zip(RELEASES, row):
-            if c.startswith("F"):
-                yield prop, sc, rel
 
 
 # Cells the ci profile does not find (benchmarks/bench_hypothesis.py; the

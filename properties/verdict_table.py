@@ -94,3 +94,15 @@ MUTANT_CELLS = {
     ("deny-all", "valid-request-completes", "incident"): "U",
     ("deny-all", "reentry-can-resume", "retract-abort"): "U",
 }
+
+
+def violated_cells():
+    """Every (property, scenario, release) the tables say is violated."""
+    for prop, (sc, row) in REFERENCE.items():
+        for rel, c in zip(RELEASES, row):
+            if c.startswith("F"):
+                yield prop, sc, rel
+    for (prop, sc), row in ESTABLISHED.items():
+        for rel, c in zip(RELEASES, row):
+            if c.startswith("F"):
+                yield prop, sc, rel

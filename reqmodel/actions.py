@@ -1230,14 +1230,16 @@ class Step:
         return f"{self.action}({', '.join(parts)})"
 
 
-def successors(ctx: Ctx, s: State) -> Iterable[Tuple[Step, State, Tuple[Event, ...]]]:
+def successors(ctx: Ctx, s: State, max_choices: Optional[int] = None
+               ) -> Iterable[Tuple[Step, State, Tuple[Event, ...]]]:
     """Every enabled step of ``s``: the next-state relation is the disjunction
-    of the actions, over requests and choices."""
+    of the actions, over requests and choices (with ``max_choices``, only the
+    first that many choices of each action: a bounded sample)."""
     for a in ACTIONS:
         for r in range(ctx.scenario.n):
             if not a.enabled(ctx, s, r):
                 continue
-            for arg in a.args(ctx, s, r):
+            for arg in itertools.islice(a.args(ctx, s, r), max_choices):
                 nxt, evs = a.effect(ctx, s, r, arg)
                 yield Step(a.name, r, arg), nxt, evs
 

@@ -370,7 +370,7 @@ def guard_diff_cmd(a, b, scenario_names, no_reach, points, max_states, as_json) 
     exhaustive model reaches such a state at that point under A and under B."""
     import time
     from . import symbolic
-    sa, sb = _subject(a), _subject(b)
+    sa, sb = symbolic.subject(a), symbolic.subject(b)
     scenarios = None
     if not no_reach:
         scenarios = ([sc_mod.builtin(n) for n in scenario_names] if scenario_names
@@ -408,11 +408,6 @@ def guard_diff_cmd(a, b, scenario_names, no_reach, points, max_states, as_json) 
                 row += [", ".join(p.reached_a[i]) or "no", ", ".join(p.reached_b[i]) or "no"]
             t.add_row(*row)
         console.print(t)
-
-
-def _subject(spec: str):
-    from . import symbolic
-    return symbolic.subject(spec)
 
 
 def _point_json(p) -> dict:

@@ -39,7 +39,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,
                                  rule, run_state_machine_as_test)
 from hypothesis.strategies._internal.featureflags import FeatureFlags
 
-from .actions import ACTIONS, BY_NAME, Ctx, Step, apply, initial_state
+from .actions import ACTIONS, BY_NAME, Ctx, Step, apply, initial_state, successors
 from .explore import Trace, Verdict, replay
 from .properties import Property
 from .releases import Release
@@ -459,20 +459,14 @@ def _shortest_hit(ctx: Ctx, prop: Property, s0, max_len: int,
     for _ in range(max_len):
         nxt_frontier = []
         for s, path in frontier:
-            for a in ACTIONS:
-                for r in range(ctx.scenario.n):
-                    if not a.enabled(ctx, s, r):
-                        continue
-                    for arg in itertools.islice(a.args(ctx, s, r), MAX_CHOICES):
-                        nxt, evs = a.effect(ctx, s, r, arg)
-                        step = Step(a.name, r, tuple(arg))
-                        if prop.hit(s, step, evs, nxt):
-                            return path + (step,)
-                        if nxt not in seen:
-                            if len(seen) >= budget:
-                                return None
-                            seen.add(nxt)
-                            nxt_frontier.append((nxt, path + (step,)))
+            for step, nxt, evs in successors(ctx, s, MAX_CHOICES):
+                if prop.hit(s, step, evs, nxt):
+                    return path + (step,)
+                if nxt not in seen:
+                    if len(seen) >= budget:
+                        return None
+                    seen.add(nxt)
+                    nxt_frontier.append((nxt, path + (step,)))
         frontier = nxt_frontier
     return None
 

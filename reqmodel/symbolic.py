@@ -120,7 +120,7 @@ def var_name(arg: str, field: str) -> str:
     return f"{arg}.{field}" if field else arg
 
 
-def z3_var(arg: str, field: str, dom: Domain):
+def z3_var(arg: str, field: str):
     """The Z3 variable of a field: the value's index for an enum, else an Int."""
     return z3.Int(var_name(arg, field))
 
@@ -129,7 +129,7 @@ def domain_constraints(gp_name: str) -> List[z3.BoolRef]:
     out = []
     for arg, fields in arg_domains(gp_name).items():
         for field, dom in fields.items():
-            v = z3_var(arg, field, dom)
+            v = z3_var(arg, field)
             if dom[0] in ENUMS:
                 out += [v >= 0, v < len(dom[1])]
             elif dom[0] == "int":
@@ -252,10 +252,10 @@ def _read(run: _Run, arg: str, field: str, dom: Domain):
         val = spec
     elif kind in ENUMS:
         i = run.choose(len(spec))
-        run.assume(z3_var(arg, field, dom) == i)
+        run.assume(z3_var(arg, field) == i)
         val = spec[i]
     else:
-        val = SymInt(run, z3_var(arg, field, dom))
+        val = SymInt(run, z3_var(arg, field))
     run.reads[key] = val
     return val
 
@@ -269,14 +269,14 @@ class Path:
     reads: Tuple[str, ...]  # the variables the path read, in order
 
     def __str__(self) -> str:
-        return f"{describe_cond(self.cond)} -> {show(self.result)}"
+        return f"{self.cond} -> {show(self.result)}"
 
 
 def show(v) -> str:
     return str(v) if isinstance(v, Finish) else repr(v)
 
 
-def _concrete(run: _Run, v):
+def _concrete(v):
     """A guard may return a comparison without testing it: test it here."""
     if isinstance(v, SymBool):
         return bool(v)
@@ -305,7 +305,7 @@ def paths(gp_name: str, fn: Callable) -> Tuple[Path, ...]:
         args = [_read(run, a, "", doms[a][""]) if "" in doms[a] else SymView(run, a, doms[a])
                 for a in gp.args]
         try:
-            result = _concrete(run, f(*args))
+            result = _concrete(f(*args))
         except _Infeasible:
             result = _Infeasible
         except SymbolicError as exc:
@@ -330,12 +330,6 @@ def paths(gp_name: str, fn: Callable) -> Tuple[Path, ...]:
 
 def _name(f: Callable) -> str:
     return getattr(f, "__name__", repr(f))
-
-
-def formula(gp_name: str, fn: Callable, result) -> z3.BoolRef:
-    """The request states (as a Z3 formula) on which ``fn`` returns ``result``."""
-    return z3.Or(*[p.cond for p in paths(gp_name, fn) if p.result == result] or
-                 [z3.BoolVal(False)])
 
 
 # ---------------------------------------------------- concrete assignments
@@ -479,7 +473,7 @@ def _witness(gp_name: str, m: z3.ModelRef) -> Dict[str, Any]:
     for arg, fields in arg_domains(gp_name).items():
         for field, dom in fields.items():
             name = var_name(arg, field)
-            val = m.eval(z3_var(arg, field, dom), model_completion=True).as_long()
+            val = m.eval(z3_var(arg, field), model_completion=True).as_long()
             out[name] = dom[1][val] if dom[0] in ENUMS else (
                 dom[1] if dom[0] == "const" else val)
     return out
@@ -492,10 +486,6 @@ def describe(cond: z3.BoolRef, gp_name: str) -> List[str]:
     for c in _conjuncts(cond):
         parts.append(_describe_atom(c, doms))
     return parts
-
-
-def describe_cond(cond: z3.BoolRef, gp_name: Optional[str] = None) -> str:
-    return " and ".join(describe(cond, gp_name)) if gp_name else str(cond)
 
 
 def _conjuncts(c) -> Iterable:
@@ -520,25 +510,21 @@ def _describe_atom(c, doms: Dict[str, Domain]) -> str:
                 if set(vals) == ABORTS:
                     return f"{name} is a FINISH_ABORT (any status)"
                 return f"{name} in {{{', '.join(_val(v) for v in vals)}}}"
-    flipped = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
-    neg_ = z3.is_not(c)
-    e = c.children()[0] if neg_ else c
-    ops = {z3.Z3_OP_LT: "<", z3.Z3_OP_LE: "<=", z3.Z3_OP_GT: ">", z3.Z3_OP_GE: ">=",
-           z3.Z3_OP_EQ: "==", z3.Z3_OP_DISTINCT: "!="}
-    k = e.decl().kind() if z3.is_app(e) else None
-    if k in ops and len(e.children()) == 2 and not z3.is_bool(e.children()[0]):
-        op = flipped[ops[k]] if neg_ else ops[k]
-        lhs, rhs = e.children()
-        return f"{lhs} {op} {rhs}"
-    # enum variables appear as (var == i) or not(var == i)
     neg = z3.is_not(c)
-    atom = c.children()[0] if neg else c
-    if z3.is_eq(atom):
-        lhs, rhs = atom.children()
+    e = c.children()[0] if neg else c
+    if z3.is_eq(e):  # an enum variable alone: (var == i) or not(var == i)
+        lhs, rhs = e.children()
         if z3.is_const(lhs) and z3.is_int_value(rhs) and str(lhs) in doms \
                 and doms[str(lhs)][0] in ENUMS:
             v = doms[str(lhs)][1][rhs.as_long()]
             return f"{lhs} {'!=' if neg else '='} {_val(v)}"
+    flipped = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+    ops = {z3.Z3_OP_LT: "<", z3.Z3_OP_LE: "<=", z3.Z3_OP_GT: ">", z3.Z3_OP_GE: ">=",
+           z3.Z3_OP_EQ: "==", z3.Z3_OP_DISTINCT: "!="}
+    k = e.decl().kind() if z3.is_app(e) else None
+    if k in ops and len(e.children()) == 2 and not z3.is_bool(e.children()[0]):
+        lhs, rhs = e.children()
+        return f"{lhs} {flipped[ops[k]] if neg else ops[k]} {rhs}"
     return str(c).replace("\n", " ")
 
 
@@ -555,7 +541,7 @@ def observed(release, scenarios, max_states: int) -> Dict[str, List[Tuple[str, D
     exhaustive model makes on ``release`` in each of ``scenarios``: the
     request states that reach each guard point. The guard functions are
     wrapped to record their arguments; nothing else changes."""
-    from . import explore, properties
+    from . import explore
     seen: Dict[str, Dict[Tuple, Tuple[str, Dict[str, Any]]]] = {gp: {} for gp in g.GUARD_POINTS}
     current = [""]
 
@@ -570,7 +556,7 @@ def observed(release, scenarios, max_states: int) -> Dict[str, List[Tuple[str, D
                                        for gp, f in release.guard_points().items()})
     for sc in scenarios:
         current[0] = sc.name
-        explore.explore(wrapped, sc, properties.select([]), keep_graph=False,
+        explore.explore(wrapped, sc, (), keep_graph=False,
                         max_states=max_states, stop_early=False)
     return {gp: list(v.values()) for gp, v in seen.items()}
 
