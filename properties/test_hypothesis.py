@@ -61,6 +61,12 @@ NOT_FOUND_BY_CI = {
                           ("no-foreign-kv-read", RELEASES)) for rel in rels},
     ("no-reuse-during-inflight-write", "optimistic-abort-unit", "0.5.20"):
         "a write racing the abort: 0.03 % of runs",
+    ("no-reuse-during-inflight-write", "inflight-reuse", "0.5.20"):
+        "a write racing the abort: 0.14 % of runs",
+    ("no-reuse-during-inflight-write", "optimistic-abort-unit", "0.5.19"):
+        "a write racing the abort: 0.04 % of runs",
+    ("drain-ack-reaches-every-rank", "two-rank-abort", "0.5.21"):
+        "two ABORTs either side of prefill's clear() while the chunk is queued: 0.1 % of runs",
 }
 FOUND_BY_CI = [pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason=NOT_FOUND_BY_CI[c]))
                if c in NOT_FOUND_BY_CI else c for c in violated_cells()]
@@ -107,6 +113,7 @@ def test_drawn_scenarios_are_well_formed_and_run(sc):
     assert 1 <= sc.n <= 6 and len(sc.prompt_pages) == sc.n
     for w in (sc.prefill, sc.decode):
         assert 1 <= w.intake_limit_pages <= w.pool_pages
+    assert 1 <= sc.decode.ranks <= 4 and sc.prefill.ranks == 1
     for ev in hypo.EVENT_NAMES:
         assert all(0 <= r < sc.n for r in getattr(sc.events, ev))
     ctx = actions.Ctx(releases.get("0.5.23"), sc)

@@ -84,6 +84,17 @@ ESTABLISHED = {
     ("metadata-integrity", "auto-truncate-checksum"): ["F11", "F11", "F11", "F11", "F11"],
     ("metadata-integrity", "transfer-failure"): ["H", "H", "H", "H", "H"],
     ("metadata-integrity", "inflight-reuse"): ["H", "H", "H", "H", "H"],
+    # issue #3, ABORT/ABORT_ACK across decode ranks (notes/verdicts.md): a
+    # decode rank left holding without an ack it can count. 0.5.19/0.5.20: the
+    # waiting timeout never arms the tracker, clear() drops the target, one
+    # target per room; 0.5.21: a later registration overwrites the fan-out
+    # snapshot after clear() popped the peers
+    ("drain-ack-reaches-every-rank", "two-rank-abort"): ["F8", "F8", "F16", "H", "H"],
+    ("drain-ack-reaches-every-rank", "inflight-reuse"): ["H", "H", "H", "H", "H"],
+    ("drain-ack-releases-hold", "two-rank-abort"): ["R11", "R11", "R10", "R11", "R11"],
+    ("drain-ack-releases-hold", "inflight-reuse"): ["-", "-", "R8", "R8", "R8"],
+    ("transfer-status-monotone", "two-rank-abort"): ["F8", "H", "H", "H", "H"],
+    ("pending-abort-not-overwritten", "two-rank-abort"): ["F13", "H", "H", "H", "H"],
 }
 
 # mutant -> (property, scenario, cell): each property that holds on every real
@@ -93,6 +104,8 @@ MUTANT_CELLS = {
     ("door-without-cleanup", "early-retire-runs-cleanup", "incident"): "F",
     ("deny-all", "valid-request-completes", "incident"): "U",
     ("deny-all", "reentry-can-resume", "retract-abort"): "U",
+    ("generation-less-aborts", "drain-ack-releases-hold", "two-rank-abort"): "U",
+    ("generation-less-aborts", "drain-ack-reaches-every-rank", "two-rank-abort"): "F",
 }
 
 

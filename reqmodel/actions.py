@@ -142,7 +142,12 @@ def sender_poll(s: State, r: int) -> Optional[KVPoll]:
 
 
 def update_status(ctx: Ctx, s: State, r: int, new: KVPoll) -> State:
-    return set_room(s, r, status=ctx.release.update_status(s.rooms[r].status, new))
+    room = s.rooms[r]
+    status = ctx.release.update_status(room.status, new)
+    if room.status is None and status is not None and ctx.release.new_room_drops_acks:
+        # a new room lifecycle drops the ack state of the room's last user (cc 22:570-574)
+        return set_room(s, r, status=status, ack_to=(), poisoned=False)
+    return set_room(s, r, status=status)
 
 
 def sender_abort(ctx: Ctx, s: State, r: int) -> State:
@@ -152,14 +157,19 @@ def sender_abort(ctx: Ctx, s: State, r: int) -> State:
     return set_room(s, r, failure_record=True, concluded=KVPoll.Failed)
 
 
-def sender_clear(s: State, r: int) -> State:
-    """``CommonKVSender.clear``: pop request_status, transfer_infos, prefix."""
-    return set_room(s, r, status=None, dst=None, dst_slot=-1, prefix=0)
+def sender_clear(c: Ctx, s: State, r: int) -> State:
+    """``CommonKVSender.clear``: pop request_status, transfer_infos, prefix.  The
+    room's ack target: 0.5.19/0.5.20 drop it (cc 19:1345-1348), 0.5.21+ ack it
+    if the room has drained and keep it otherwise (cc 21:1700-1709)."""
+    s = set_room(s, r, status=None, dst=None, dst_slot=-1, prefix=0, peers=())
+    if c.release.clear_drops_ack_target:
+        return set_room(s, r, ack_to=())
+    return _maybe_ack_drained(c, s, r)
 
 
-def failure_exception(s: State, r: int) -> State:
+def failure_exception(c: Ctx, s: State, r: int) -> State:
     """``failure_exception()``: clear(), pop failure_records[room], raise."""
-    return set_room(sender_clear(s, r), r, failure_record=False)
+    return set_room(sender_clear(c, s, r), r, failure_record=False)
 
 
 def p_release_kv(s: State, r: int, unconditional: bool) -> Tuple[State, Tuple[Event, ...]]:
@@ -291,28 +301,59 @@ def p_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     return s, (Event("acquire", r, "prefill", ("sender",)),)
 
 
-def next_d_to_p(s: State, r: int) -> Optional[Msg]:
-    """The oldest decode->prefill message of the room: ``send_metadata`` and
-    ``receiver.abort`` share the cached bootstrap socket, so they arrive in order."""
+def next_d_to_p(s: State, r: int, rank: int = 0) -> Optional[Msg]:
+    """The oldest decode->prefill message of the room from one decode rank:
+    ``send_metadata`` and ``receiver.abort`` share that rank's cached bootstrap
+    socket, so they arrive in order."""
     for m in s.net:
-        if m.rid == r and m.kind in D_TO_P:
+        if m.rid == r and m.kind in D_TO_P and m.rank == rank:
             return m
     return None
 
 
+RANK_ARG = ("rank",)  # the choice of actions that name a decode rank
+
+
+def rank_of(arg: Tuple) -> int:
+    """The decode rank a step names; a one-rank scenario leaves it out."""
+    return arg[0] if arg else 0
+
+
+def rank_args(c: Ctx, ranks: Iterable[int]) -> Tuple[Tuple, ...]:
+    ranks = tuple(ranks)
+    if c.scenario.decode.ranks == 1:
+        return ((),) if 0 in ranks else ()
+    return tuple((k,) for k in ranks)
+
+
+def _d_to_p_ranks(c: Ctx, s: State, r: int, kind: str) -> Tuple[int, ...]:
+    return tuple(k for k in range(c.scenario.decode.ranks)
+                 if (m := next_d_to_p(s, r, k)) is not None and m.kind == kind)
+
+
 def _metadata_arrived(c, s, r):
-    m = next_d_to_p(s, r)
-    return m is not None and m.kind == "metadata"
+    return bool(_d_to_p_ranks(c, s, r, "metadata"))
 
 
-@action("prefill", guard=_metadata_arrived)
+def _metadata_ranks(c, s, r):
+    return rank_args(c, _d_to_p_ranks(c, s, r, "metadata"))
+
+
+@action("prefill", guard=_metadata_arrived, choices=_metadata_ranks, arg_names=RANK_ARG)
 def p_recv_metadata(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """P's bootstrap thread receives D's destinations (mc 19:2135; 21:2551-2571;
-    23:3034): stores ``transfer_infos[room]`` and sets WaitingForInput through
-    ``update_status``, whether or not a local sender exists."""
-    msg = s.msgs("metadata", r)[0]
+    """P's bootstrap thread receives one decode rank's destinations (mc 19:2116-2135;
+    21:2551-2571; 23:3034): adds it to ``transfer_infos[room]`` and, once every
+    rank's (``required_dst_info_num``) has arrived, sets WaitingForInput through
+    ``update_status``, whether or not a local sender exists.  Ranks allocate in
+    lockstep, so each names the same page indices of its own pool."""
+    k = rank_of(arg)
+    msg = next_d_to_p(s, r, k)
     s = consume(s, msg)
-    s = set_room(s, r, dst=msg.pages, dst_slot=msg.slot, prefix=msg.checksum[0] if msg.checksum else 0)
+    peers = tuple(sorted(set(s.rooms[r].peers) | {k}))
+    s = set_room(s, r, dst=msg.pages, dst_slot=msg.slot, peers=peers,
+                 prefix=msg.checksum[0] if msg.checksum else 0)
+    if len(peers) < c.scenario.decode.ranks:
+        return s, ()
     return update_status(c, s, r, KVPoll.WaitingForInput), ()
 
 
@@ -339,7 +380,7 @@ def handle_bootstrap_failure(c: Ctx, s: State, r: int) -> Effect:
     """``handle_bootstrap_failure`` (pf 1021/1125/1182/1309/1352): clear the pending
     chunk, ``failure_exception()``, release KV/Mamba if held, free metadata,
     ``pending_bootstrap=False``, ``prepare_abort(500)``, stream."""
-    s = failure_exception(s, r)
+    s = failure_exception(c, s, r)
     s, evs = p_release_kv(s, r, unconditional=False)
     s = set_p(p_free_metadata(s, r), r, pending_bootstrap=False, finished_reason=ABORT_500,
               stage=PStage.GONE, cache_handle=False)
@@ -626,11 +667,11 @@ def p_inflight(c: Ctx, s: State, r: int, arg=()) -> Effect:
         reason = c.release.inflight_success(req)
         s = set_p(s, r, finished_reason=reason)
         s, evs = p_release_kv(s, r, unconditional=True)
-        s = sender_clear(s, r)
+        s = sender_clear(c, s, r)
         s, ev2 = stream_p(s, r, reason.status)
         s = set_p(p_free_metadata(s, r), r, stage=PStage.GONE, cache_handle=False)
         return s, evs + ev2
-    s = failure_exception(s, r)
+    s = failure_exception(c, s, r)
     s, evs = p_release_kv(s, r, unconditional=True)
     if not (req.finished_reason is not None and req.finished_reason.is_abort):
         s = set_p(s, r, finished_reason=ABORT_500)
@@ -646,12 +687,22 @@ def _chunk_queued(c, s, r):
     return bool(s.msgs("chunk", r))
 
 
-def _maybe_ack_drained(s: State, r: int) -> State:
-    """``_maybe_ack_drained_abort``: a registered ABORT is acked once no chunk of
-    the room is outstanding."""
-    if s.rooms[r].ack_owed and not s.msgs("chunk", r):
-        s = set_room(s, r, ack_owed=False)
-        s = send(s, Msg("ack", r))
+def _maybe_ack_drained(c: Ctx, s: State, r: int) -> State:
+    """``_maybe_ack_drained_abort`` (cc 19:432-439, 21:705-727, 22:908-925): once no
+    chunk of the room is outstanding, the registered targets get their ABORT_ACK
+    (0.5.21 also every ``transfer_infos`` peer); a poisoned room never acks."""
+    room = s.rooms[r]
+    if not room.ack_to or s.msgs("chunk", r):
+        return s
+    s = set_room(s, r, ack_to=())
+    if room.poisoned:
+        return s
+    targets = dict(room.ack_to)
+    if c.release.ack_targets == "fan-out":
+        for k in room.peers:
+            targets.setdefault(k, 0)
+    for k in sorted(targets):
+        s = send(s, Msg("ack", r, rank=k, gen=targets[k]))
     return s
 
 
@@ -667,7 +718,7 @@ def xfer_chunk(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = consume(s, msg)
     room = s.rooms[r]
     if room.status is None or room.status == KVPoll.Failed or room.dst is None:
-        return _maybe_ack_drained(s, r), (Event("xfer_skip", r, "transfer", ()),)
+        return _maybe_ack_drained(c, s, r), (Event("xfer_skip", r, "transfer", ()),)
     a, b = msg.pages
     dst = room.dst[a:b]
     pages = list(s.d_pages)
@@ -691,7 +742,7 @@ def xfer_chunk(c: Ctx, s: State, r: int, arg=()) -> Effect:
             final = KVPoll.Failed
         s = update_status(c, s, r, final)
         s = send(s, Msg("status", r, poll=final))
-    return _maybe_ack_drained(s, r), evs
+    return _maybe_ack_drained(c, s, r), evs
 
 
 def _p_digest(c: Ctx, s: State, r: int) -> Tuple:
@@ -712,28 +763,70 @@ def _room_can_fail(c, s, r):
 def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """A transfer failure reported during the handoff (worker error or a failed
     batch in the Mooncake ``transfer_worker``, mc 1645/1838/2080/2423/2488):
-    ``record_failure``, room Failed, ``(room, Failed)`` sent to D."""
+    ``record_failure``, room Failed, ``(room, Failed)`` sent to D.  From 0.5.22
+    the failed batch poisons the room: it cannot prove the writes stopped, so it
+    drops its ack targets and never acks (mc 22:2413-2421, 22:2809)."""
     s = update_status(c, s, r, KVPoll.Failed)
     s = set_room(s, r, failure_record=True)
+    if c.release.poison_failed_rooms:
+        s = set_room(s, r, poisoned=True, ack_to=())
     return send(s, Msg("status", r, poll=KVPoll.Failed)), ()
 
 
 def _abort_arrived(c, s, r):
-    m = next_d_to_p(s, r)
-    return m is not None and m.kind == "abort"
+    return bool(_d_to_p_ranks(c, s, r, "abort"))
 
 
-@action("prefill", guard=_abort_arrived)
-def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """P's bootstrap thread handles D's ABORT (mc 19:2022-2088, 21:2449-2522):
-    an active room (present, not Success) becomes Failed; the ack is sent at once
-    when no chunk of the room is outstanding, otherwise once they drain."""
-    s = consume(s, s.msgs("abort", r)[0])
+def _abort_ranks(c, s, r):
+    return rank_args(c, _d_to_p_ranks(c, s, r, "abort"))
+
+
+def register_ack_target(c: Ctx, s: State, r: int, rank: int, gen: int) -> State:
+    """``register_deferred_ack_target``: 0.5.19/0.5.20 keep one target per room,
+    overwritten by a later ABORT (cc 19:441-447); 0.5.21 also snapshots the
+    room's ``transfer_infos`` peers (cc 21:729-739); 0.5.22+ keep one target per
+    decode endpoint with its generation, none for a poisoned room (cc 22:927-943)."""
     room = s.rooms[r]
-    if room.status is not None and room.status != KVPoll.Success:
+    if c.release.ack_targets == "last":
+        return set_room(s, r, ack_to=((rank, gen),))
+    if c.release.ack_targets == "fan-out":
+        return set_room(s, r, ack_to=((rank, gen),) + tuple((k, 0) for k in room.peers if k != rank))
+    if room.poisoned:
+        return s
+    return set_room(s, r, ack_to=tuple(sorted({**dict(room.ack_to), rank: gen}.items())))
+
+
+@action("prefill", guard=_abort_arrived, choices=_abort_ranks, arg_names=RANK_ARG)
+def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """P's bootstrap thread handles a decode rank's ABORT (mc 19:2022-2088,
+    20:2195, 21:2449-2522, 22:2814-2849, 23:2886-2955).  An active room (present,
+    not Success) becomes Failed.  Without deferral P replies with a 2-frame ack
+    that decode never counts (mc 19:2173-2180), so nothing is modelled.  With
+    deferral: 0.5.19/0.5.20 register the sender if the room is active, ack at
+    once if it is inactive and drained, and do nothing otherwise; 0.5.21
+    registers if active or outstanding; 0.5.22+ register every ABORT that
+    carries a generation.  A registered target is acked once the room drains."""
+    k = rank_of(arg)
+    msg = next_d_to_p(s, r, k)
+    s = consume(s, msg)
+    room = s.rooms[r]
+    active = room.status is not None and room.status != KVPoll.Success
+    outstanding = bool(s.msgs("chunk", r))
+    if active:
         s = update_status(c, s, r, KVPoll.Failed)
-    s = set_room(s, r, ack_owed=True)
-    return _maybe_ack_drained(s, r), ()
+    if not c.deferred:
+        return s, ()
+    if c.release.ack_targets == "per-endpoint":
+        register = msg.gen != 0 or not c.release.ack_generations
+    elif c.release.ack_targets == "fan-out":
+        register = active or outstanding
+    else:
+        register = active
+    if register:
+        return _maybe_ack_drained(c, register_ack_target(c, s, r, k, msg.gen), r), ()
+    if c.release.ack_targets != "per-endpoint" and not outstanding:
+        s = send(s, Msg("ack", r, rank=k))
+    return s, ()
 
 
 # ================================================================ decode
@@ -770,7 +863,7 @@ def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     if is_retracted:
         return set_d(s, r, stage=DStage.RETRACTED, door_flag=None), ()
     s = set_d(s, r, stage=DStage.PREALLOC, has_receiver=True,
-              receiver_state=KVPoll.WaitingForInput)
+              receiver_state=KVPoll.WaitingForInput, notified=(), armed=(), acked=(), held=())
     return s, (Event("acquire", r, "decode", ("receiver",)),)
 
 
@@ -874,7 +967,8 @@ def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = replace(s, d_pages=tuple(pages), d_slots=tuple(slots))
     s = set_d(s, r, stage=DStage.TRANSFER, pages=tuple(chosen), prefix_pages=prefix,
               meta_slot=slot)
-    s = send(s, Msg("metadata", r, pages=tuple(chosen), slot=slot, checksum=(prefix,)))
+    for k in range(c.scenario.decode.ranks):
+        s = send(s, Msg("metadata", r, pages=tuple(chosen), slot=slot, checksum=(prefix,), rank=k))
     if req.rebootstrap:  # submit_prefill_recompute (dc 21:1748-1752)
         s = send(s, Msg("recompute", r))
     return s, (Event("prealloc", r, "decode", (is_aborted(req),)),
@@ -933,12 +1027,21 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
         return stream_d(s, r, refused.status)
     s = set_d(s, r, finished_reason=ABORT_500, receiver_state=KVPoll.Failed)
     s, evs = stream_d(s, r, 500)
-    if c.deferred and (s.d[r].abort_notified or c.release.retire_cleanup):
-        if not s.d[r].abort_notified:  # 0.5.21+: ensure_abort_notified(force_arm=True)
-            s = set_d(send(s, Msg("abort", r)), r, abort_notified=True)
-        return set_d(s, r, stage=DStage.HELD), evs
-    s = set_d(d_release(s, r), r, stage=DStage.GONE, cache_handle=False, session_slot=False)
-    return s, evs
+    holders: Tuple[int, ...] = ()
+    if c.deferred:
+        if c.release.hold_unnotified:  # ensure_abort_notified(force_arm=True) (dc 21:2692)
+            s = notify_abort(c, s, r, _all_ranks(c), arm=True)
+            holders = _all_ranks(c)
+        else:  # 0.5.19/0.5.20: only a rank that notified P holds (dc 19:2305-2318)
+            holders = s.d[r].notified
+    if not holders:
+        s = set_d(d_release(s, r), r, stage=DStage.GONE, cache_handle=False, session_slot=False)
+        return s, evs
+    if len(holders) < c.scenario.decode.ranks:  # the other ranks release now
+        evs += (Event("rank_release", r, "decode", tuple(k for k in _all_ranks(c) if k not in holders)),)
+    s = set_d(s, r, stage=DStage.HELD, held=holders)
+    s, ev2 = resolve_held(c, s, r)
+    return s, evs + ev2
 
 
 def _d_digest(c: Ctx, s: State, r: int) -> Tuple:
@@ -1066,6 +1169,52 @@ def p_recompute(c: Ctx, s: State, r: int, arg=()) -> Effect:
     return replace(s, p=s.p[:r] + (fresh,) + s.p[r + 1:]), ()
 
 
+def _all_ranks(c: Ctx) -> Tuple[int, ...]:
+    return tuple(range(c.scenario.decode.ranks))
+
+
+def notify_abort(c: Ctx, s: State, r: int, ranks: Tuple[int, ...], arm: bool) -> State:
+    """``receiver.abort`` / ``ensure_abort_notified`` on the given decode ranks:
+    each rank not yet notified sends ABORT once (cc 19:1626-1640).  With ``arm``
+    and deferral on, it first registers its drain-ack tracker with a fresh set
+    (``register_deferred_abort_room``; 0.5.22+ under a new generation, which the
+    ABORT carries, cc 22:843-851)."""
+    req = s.d[r]
+    new = tuple(k for k in ranks if k not in req.notified)
+    if not new:
+        return s
+    armed, acked = dict(req.armed), set(req.acked)
+    gen = 0
+    for k in new:
+        if arm and c.deferred:
+            gen = (max(armed.values(), default=0) + 1) if c.release.ack_generations else 0
+            armed[k] = gen
+            acked.discard(k)
+        s = send(s, Msg("abort", r, rank=k, gen=armed.get(k, 0) if arm and c.deferred else 0))
+    return set_d(s, r, notified=tuple(sorted(set(req.notified) | set(new))),
+                 armed=tuple(sorted(armed.items())), acked=tuple(sorted(acked)))
+
+
+def resolve_held(c: Ctx, s: State, r: int) -> Effect:
+    """``resolve_deferred_releases`` (dc 19:2405-2436 ... 23:3046-3090): a rank
+    whose tracker has an ack releases its hold.  Up to 0.5.22 each rank decides
+    alone; 0.5.23 MIN-reduces readiness, so the ranks release together.  The
+    pool is one picture of every rank's pool in lockstep: its pages free when
+    the last rank lets go (the ranks in between have diverged)."""
+    req = s.d[r]
+    if req.stage is not DStage.HELD:
+        return s, ()
+    ready = tuple(k for k in req.held if k in req.acked)
+    if not ready or (c.release.release_reduced and len(ready) < len(req.held)):
+        return s, ()
+    held = tuple(k for k in req.held if k not in ready)
+    if held:
+        return set_d(s, r, held=held), (Event("rank_release", r, "decode", ready),)
+    s = set_d(d_release(s, r), r, stage=DStage.GONE, held=(), cache_handle=False,
+              session_slot=False)
+    return s, (Event("release", r, "decode", ("kv", True)),)
+
+
 # ================================================================ client aborts
 
 
@@ -1125,8 +1274,14 @@ def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     req = s.d[r]
     s = set_d(s, r, client_aborted=True)
     if req.stage in (DStage.PREALLOC, DStage.TRANSFER):
-        s = set_d(s, r, receiver_state=KVPoll.Failed, abort_notified=True)
-        return send(s, Msg("abort", r)), ()
+        s = set_d(s, r, receiver_state=KVPoll.Failed)
+        published = req.stage is DStage.TRANSFER  # init_time set: metadata sent
+        if c.release.arm_before_send:
+            return notify_abort(c, s, r, _all_ranks(c), arm=published), ()
+        s = notify_abort(c, s, r, _all_ranks(c), arm=False)
+        if published and c.deferred:  # sch 19:5067-5085: arm after send, a fresh set
+            s = set_d(s, r, armed=tuple((k, 0) for k in s.d[r].notified), acked=())
+        return s, ()
     if req.stage is DStage.WAITING:
         s = set_d(d_release(s, r), r, stage=DStage.GONE, finished_reason=c.abort_status,
                   cache_handle=False, session_slot=False)
@@ -1161,28 +1316,47 @@ def _d_waiting_too_long(c, s, r):
             and not s.msgs("status", r))
 
 
-@action("decode", guard=_d_waiting_too_long, event="timeouts")
+def _waiting_timeout_ranks(c, s, r):
+    return rank_args(c, _all_ranks(c))
+
+
+@action("decode", guard=_d_waiting_too_long, choices=_waiting_timeout_ranks, event="timeouts",
+        arg_names=RANK_ARG)
 def d_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """``_check_waiting_timeout`` (cc 1595/1823/1982/2501/2888, 300 s): record a
-    failure, go Failed, send ABORT to P, set ``abort_notified``."""
-    s = set_d(s, r, receiver_state=KVPoll.Failed, abort_notified=True)
-    return send(s, Msg("abort", r)), ()
+    """``_check_waiting_timeout`` (cc 1595/1823/1982/2501/2888, 300 s) on one
+    decode rank: record a failure, go Failed, send that rank's ABORT to P, set
+    ``abort_notified``.  0.5.19/0.5.20 never arm the drain-ack tracker here
+    (cc 19:1605-1619); 0.5.21+ arm it first (cc 21:2046-2049).  The poll is
+    MIN-reduced over ranks, so the request fails on every rank."""
+    s = set_d(s, r, receiver_state=KVPoll.Failed)
+    return notify_abort(c, s, r, (rank_of(arg),), arm=c.release.arm_before_send), ()
 
 
 def _ack_arrived(c, s, r):
-    return bool(s.msgs("ack", r))
+    return any(m.kind == "ack" and m.rid == r for m in s.net)
 
 
-@action("decode", guard=_ack_arrived)
+def _ack_ranks(c, s, r):
+    return rank_args(c, sorted({m.rank for m in s.net if m.kind == "ack" and m.rid == r}))
+
+
+@action("decode", guard=_ack_arrived, choices=_ack_ranks, arg_names=RANK_ARG)
 def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """ABORT_ACK on D (``note_abort_ack``, mc 19:2173-2180; cc 22:843-875): a held
-    entry is released once the ack arrives (``resolve_deferred_releases`` ->
-    ``_do_release``, dc 2390/2477/2791/2909/3018)."""
-    s = consume(s, s.msgs("ack", r)[0])
-    if s.d[r].stage is DStage.HELD:
-        s = set_d(d_release(s, r), r, stage=DStage.GONE, cache_handle=False, session_slot=False)
-        return s, (Event("release", r, "decode", ("kv", True)),)
-    return s, ()
+    """ABORT_ACK on one decode rank (``note_abort_ack``, cc 19:391-396; 0.5.22+
+    ``handle_abort_ack_message``, cc 22:853-876): counted only if that rank's
+    tracker is armed and, from 0.5.22, for the generation it armed; a held entry
+    is then released (``resolve_deferred_releases`` -> ``_do_release``)."""
+    k = rank_of(arg)
+    msg = next(m for m in s.net if m.kind == "ack" and m.rid == r and m.rank == k)
+    s = consume(s, msg)
+    req = s.d[r]
+    armed = dict(req.armed)
+    counted = k in armed and (not c.release.ack_generations
+                              or (msg.gen != 0 and armed[k] == msg.gen))
+    if not counted:
+        return s, (Event("ack_dropped", r, "decode", (k,)),)
+    s = set_d(s, r, acked=tuple(sorted(set(req.acked) | {k})))
+    return resolve_held(c, s, r)
 
 
 def _held(c, s, r):
@@ -1192,8 +1366,10 @@ def _held(c, s, r):
 @action("decode", guard=_held, event="timeouts")
 def d_deferred_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT`` (30 s): a held
-    device entry is released anyway ("releasing anyway", dc 19:2405-2436)."""
-    s = set_d(d_release(s, r), r, stage=DStage.GONE, cache_handle=False, session_slot=False)
+    device entry is released anyway ("releasing anyway", dc 19:2405-2436).  The
+    ranks set their deadlines in the same iteration, so they pass together."""
+    s = set_d(d_release(s, r), r, stage=DStage.GONE, held=(), cache_handle=False,
+              session_slot=False)
     return s, (Event("release", r, "decode", ("kv", True)),)
 
 

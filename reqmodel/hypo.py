@@ -547,10 +547,9 @@ def _trace(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Trace:
 # --------------------------------------------------------------- drawn scenarios
 
 def scenarios(max_requests: int = 6, max_prompt: int = 8, max_pool: int = 12,
-              events: bool = True) -> st.SearchStrategy:
+              events: bool = True, max_ranks: int = 4) -> st.SearchStrategy:
     """Scenarios beyond the exhaustive checker's bounds: more requests, longer
-    prompts, bigger pools, every option and event (decode ranks stay 1 until
-    issue #3 models them)."""
+    prompts, bigger pools, more decode ranks, every option and event."""
     @st.composite
     def draw(d):
         n = d(st.integers(1, max_requests))
@@ -563,7 +562,8 @@ def scenarios(max_requests: int = 6, max_prompt: int = 8, max_pool: int = 12,
                 auto_truncate=d(st.booleans()), kv_checksum=d(st.booleans()),
                 metadata_buffers=d(st.integers(1, n + 1)),
                 chunk_pages=d(st.integers(0, 3)) if role == "prefill" else 0,
-                radix_cache=d(st.booleans()) if role == "decode" else False)
+                radix_cache=d(st.booleans()) if role == "decode" else False,
+                ranks=d(st.integers(1, max_ranks)) if role == "decode" else 1)
 
         prefill, decode = worker("prefill"), worker("decode")
         ev = Events(**{k: (tuple(sorted(d(st.sets(st.integers(0, n - 1))))) if events else ())

@@ -12,7 +12,7 @@ from typing import Dict
 import attrs
 
 from . import guards as g
-from .releases import R0521, Release
+from .releases import R0521, R0522, Release
 
 
 def naive_prefill_door(req) -> bool:
@@ -42,4 +42,10 @@ MUTANTS: Dict[str, Release] = {
     # a door that refuses service to everyone
     "deny-all": attrs.evolve(R0521, name="deny-all", prefill_door=deny_prefill_door,
                              decode_door=deny_decode_door),
+    # mixed versions: a 0.5.22 prefill behind a decode that arms its tracker
+    # after the ABORT (0.5.20 style): the ABORT carries no generation, gets no
+    # target (mc 22:2838-2840) and so no ack; the holds wait for the timeout
+    # (upstream warns of mixed versions on the ack side, cc 22:870-873)
+    "generation-less-aborts": attrs.evolve(R0522, name="generation-less-aborts",
+                                           arm_before_send=False),
 }

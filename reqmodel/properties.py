@@ -237,6 +237,26 @@ prop(
     transition=_commits_own_metadata,
 )
 
+def _drain_acks_reach_holders(s: State) -> bool:
+    for r, d in enumerate(s.d):
+        if d.stage is not DStage.HELD or s.rooms[r].poisoned or s.msgs("chunk", r):
+            continue  # not held, or prefill cannot (yet) vouch for the drain
+        for k in d.held:
+            if k in d.acked:
+                continue
+            pending = any(m.rid == r and m.rank == k and m.kind in ("abort", "ack") for m in s.net)
+            if not pending:  # P has handled k's ABORT, the room drained, no ack is coming
+                return False
+    return True
+
+
+prop(
+    name="drain-ack-reaches-every-rank", kind="always", ref="#3",
+    text="Once prefill has handled a decode rank's ABORT and the room has drained, that rank "
+         "holding the pages gets a drain ack it counts (it is not left to its 30 s timeout).",
+    state=_drain_acks_reach_holders,
+)
+
 # ------------------------------------------------------------ reachability
 
 
@@ -261,6 +281,21 @@ prop(
     text="Some path retracts (or pause-retracts) a request on decode, brings it back and serves it a 200 from its own pages.",
     state=lambda s: any(d.was_retracted and d.answer == 200 and d.own_data for d in s.d),
     applies=lambda rel, sc: sc.events.any("retract") or sc.events.any("preempt"),
+)
+
+def _ack_released(s: State) -> bool:
+    return any(d.stage is DStage.GONE and d.notified and set(d.notified) <= set(d.acked)
+               for d in s.d)
+
+
+prop(
+    name="drain-ack-releases-hold", kind="sometimes", ref="R3",
+    text="Some path holds an aborted request's decode pages and releases them on the drain "
+         "acks of every rank that notified prefill.",
+    state=_ack_released,
+    applies=lambda rel, sc: (rel.deferred_release_default if sc.deferred_release is None
+                             else sc.deferred_release)
+    and (sc.events.any("client_abort") or sc.events.any("timeouts")),
 )
 
 SAFETY = tuple(p for p in CATALOG.values() if p.kind == "always")

@@ -48,6 +48,15 @@ class Release:
     deferred_release_default: bool  # decode KV deferral when the scenario says "default"
     checksum: Optional[str]  # None | "prompt" (0.5.21/22) | "suffix" (0.5.23, layout skip)
     client_abort_status: int  # method 3: FINISH_ABORT() status
+    # ABORT/ABORT_ACK with deferral on (§5.4, §5.5) ----------------------------
+    ack_targets: str  # P: "last" target per room | "fan-out" to peers too | "per-endpoint"
+    ack_generations: bool  # ABORT/ack carry a generation; D counts only its own
+    poison_failed_rooms: bool  # a failed transfer poisons the room: no ack ever
+    arm_before_send: bool  # D arms its tracker in ensure_abort_notified, before ABORT
+    hold_unnotified: bool  # D3 holds every deferrable failure (force_arm)
+    release_reduced: bool  # D releases a hold on every rank together (MIN-reduced)
+    new_room_drops_acks: bool  # update_status creating a room drops its targets and poison
+    clear_drops_ack_target: bool  # sender clear() drops the target instead of acking a drained room
     has_cache_handle: bool  # Req.cache_request_handle exists
     cites: Dict[str, str] = attrs.field(factory=dict, eq=False, hash=False)
 
@@ -77,6 +86,14 @@ R0519 = Release(
     checksum=None,
     client_abort_status=500,
     has_cache_handle=False,
+    ack_targets="last",
+    ack_generations=False,
+    poison_failed_rooms=False,
+    arm_before_send=False,
+    hold_unnotified=False,
+    release_reduced=False,
+    new_room_drops_acks=False,
+    clear_drops_ack_target=True,
     cites={
         "prefill_door": "pf 19:385-388 (add -> create_sender, no door)",
         "decode_door": "dc 19:617 (add, no door)",
@@ -87,6 +104,12 @@ R0519 = Release(
         "commit_check": "dc 19:2059-2110",
         "update_status": "cc 19:365-380",
         "deferred_release": "env 19:672 (default False)",
+        "ack_targets": "mc 19:2022-2088; cc 19:432-447 one target per room, overwritten",
+        "arming": "sch 19:5067-5085 (transfer-queue abort arms after send, re-wipes); "
+                  "_check_waiting_timeout cc 19:1595-1619 never arms",
+        "hold": "dc 19:2305-2318 (env and abort_notified)",
+        "clear": "cc 19:1339-1348 pops the ack target",
+        "release": "dc 19:2405-2436 per rank: acks or 30 s",
     },
     **_COMMON,
 )
@@ -110,6 +133,10 @@ R0520 = attrs.evolve(
         "commit_check": "dc 20:2131",
         "update_status": "cc 20:395-412, conclude_transfer cc 20:507",
         "deferred_release": "env 20:706 (default False)",
+        "ack_targets": "mc 20:2195; cc 20:669-686 (as 0.5.19)",
+        "arming": "sch 20:5318-5337 (as 0.5.19)",
+        "hold": "dc 20 (as 0.5.19)",
+        "release": "dc 20:2492 (as 0.5.19)",
     },
 )
 
@@ -122,6 +149,10 @@ R0521 = attrs.evolve(
     p_waiting_abort_releases_all=True,
     deferred_release_default=True,
     checksum="prompt",
+    ack_targets="fan-out",
+    clear_drops_ack_target=False,
+    arm_before_send=True,
+    hold_unnotified=True,
     cites={
         "prefill_door": "pf 21:422-424; ut 21:1754 is_unadmitted_reject",
         "decode_door": "dc 21:750-752",
@@ -135,6 +166,12 @@ R0521 = attrs.evolve(
         "p_waiting_abort": "pf 21:586 release_aborted_prefill_waiting_req",
         "deferred_release": "env 21:722 (default True), mc 21:221 capable",
         "checksum": "pf 21:1333-1338, dc 21:3049-3054",
+        "ack_targets": "mc 21:2449-2522 (register if active or outstanding); cc 21:689-739 "
+                       "fan-out to transfer_infos peers, snapshot and target",
+        "arming": "cc 21:2025-2050 ensure_abort_notified arms before ABORT",
+        "hold": "dc 21:2692 ensure_abort_notified(force_arm=True)",
+        "clear": "cc 21:1694-1709 acks a drained room, keeps an outstanding one's target",
+        "release": "dc 21:2806-2858 per rank for device destinations",
     },
 )
 
@@ -144,7 +181,17 @@ R0522 = attrs.evolve(
     # found by conformance: the fallback into the bootstrap queue already
     # frees the metadata buffer here (pf 22:1720-1723), not only from 0.5.23
     requeue_fallback_frees_metadata=True,
+    ack_targets="per-endpoint",
+    ack_generations=True,
+    poison_failed_rooms=True,
+    new_room_drops_acks=True,
     cites={**R0521.cites,
+           "update_status": "cc 22:561-588 (a new room drops ack targets and poison)",
+           "ack_targets": "mc 22:2831-2849; cc 22:908-948 per-endpoint targets, poison",
+           "arming": "cc 22:2564 ensure_abort_notified; cc 22:843-868 generations",
+           "poison": "mc 22:2413-2421, 22:2809",
+           "hold": "dc 22:2797-2812",
+           "release": "dc 22:2937 per rank for device destinations",
            "requeue_fallback": "pf 22:1720 frees metadata",
            "prefill_door": "pf 22:434-436; ut 22:1854",
            "decode_door": "dc 22:800-802",
@@ -161,7 +208,13 @@ R0523 = attrs.evolve(
     name="0.5.23",
     sender_capacity="intake",
     checksum="suffix",
+    release_reduced=True,
     cites={**R0522.cites,
+           "ack_targets": "mc 23:2903; cc 23:1044-1084 (as 0.5.22)",
+           "arming": "cc 23:2965; cc 23:979-1000",
+           "poison": "mc 23:2486, 23:2881",
+           "hold": "dc 23:2906, all_reduce_flags(MAX) dc 23:2959",
+           "release": "dc 23:3046-3090 readiness MIN-reduced over ranks",
            "prefill_door": "pf 23:457-459; ut 23:1941",
            "decode_door": "dc 23:824-826",
            "retire_cleanup": "sch 23:3455, _release_aborted_request sch 23:3545-3550",

@@ -49,9 +49,21 @@ def _field_changes(prefix: str, old, new, skip=()) -> List[str]:
     return out
 
 
+def _rank(m: Msg) -> str:
+    return f" decode rank {m.rank}" if m.rank else ""
+
+
+def _gen(m: Msg) -> str:
+    return f" generation {m.gen}" if m.gen else ""
+
+
 def _msg(m: Msg) -> str:
     if m.kind == "metadata":
-        return f"send_metadata(r{m.rid}, pages {fmt(m.pages)}, slot {m.slot})"
+        return f"send_metadata(r{m.rid}, pages {fmt(m.pages)}, slot {m.slot}){_rank(m)}"
+    if m.kind == "abort":
+        return f"ABORT r{m.rid} from{_rank(m) or ' decode rank 0'}{_gen(m)}"
+    if m.kind == "ack":
+        return f"ABORT_ACK r{m.rid} to{_rank(m) or ' decode rank 0'}{_gen(m)}"
     if m.kind == "chunk":
         a, b = m.pages
         return f"chunk r{m.rid} [{a}, {b}){' last' if m.last else ''}"
@@ -129,6 +141,10 @@ def event_text(e: Event) -> str:
         return f"transfer writes D pages {fmt(e.info)}"
     if e.kind == "commit":
         return "decode commits the transfer"
+    if e.kind == "ack_dropped":
+        return f"decode rank {e.info[0]} DROPS the ack (its tracker is not armed for it)"
+    if e.kind == "rank_release":
+        return f"decode rank(s) {fmt(e.info)} release their copy of the pages; other ranks still hold"
     if e.kind == "xfer_skip":
         return "transfer skips the chunk (room failed or gone)"
     return e.kind

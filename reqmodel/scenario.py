@@ -26,6 +26,7 @@ MAX_REQUESTS = 4
 MAX_POOL_PAGES = 8
 MAX_PROMPT_PAGES = 8
 MAX_WEIGHT = 14  # requests * (prompt pages + 3), a rough size of the product space
+MAX_DECODE_RANKS = 2  # ranks are not symmetry-reduced; each one adds a control channel
 
 
 @attrs.frozen
@@ -150,10 +151,8 @@ def _worker(role: str, table: Any, n_requests: int) -> Worker:
         raise ScenarioError(f"{where}metadata_buffers must be 1..{MAX_REQUESTS}")
     if w.chunk_pages < 0:
         raise ScenarioError(f"{where}chunk_pages must be >= 0")
-    if w.ranks != 1:
-        raise ScenarioError(
-            f"{where}ranks = {w.ranks}: several decode ranks per room are not modelled "
-            "yet (issue #3); use ranks = 1")
+    if not 1 <= w.ranks <= MAX_DECODE_RANKS:
+        raise ScenarioError(f"{where}ranks must be 1..{MAX_DECODE_RANKS}, got {w.ranks}")
     return w
 
 
@@ -214,7 +213,8 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>") -> Scenario:
         events=ev,
     )
     weight = sum(p + 3 for p in sc.prompt_pages) + sum(
-        2 * len(targets) for targets in attrs.astuple(ev, recurse=False))
+        2 * len(targets) for targets in attrs.astuple(ev, recurse=False)) + (
+        3 * (decode.ranks - 1) * len(prompts))
     if weight > MAX_WEIGHT + 2 * len(prompts):
         raise ScenarioError(
             f"scenario {name!r} is too large for exhaustive search on this machine "

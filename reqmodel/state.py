@@ -140,7 +140,15 @@ class DecodeReq:
     meta_slot: int = -1  # DecodeRequest.metadata_buffer_index
     retraction_backup: bool = False  # host KV copy (kv.retraction_backup)
     expected_checksum: Optional[Tuple] = None  # expected_kv_checksum (None = skip)
-    abort_notified: bool = False
+    # ABORT/ACK control plane, per decode rank (each rank has its own receiver
+    # and KV manager; scheduling decisions are the same on every rank because
+    # polls are MIN-reduced, poll_and_all_reduce dc 19:890)
+    notified: Tuple[int, ...] = ()  # ranks whose receiver sent ABORT (abort_notified)
+    # (rank, generation) of each registered drain-ack tracker; generation 0
+    # before 0.5.22, which has none
+    armed: Tuple[Tuple[int, int], ...] = ()
+    acked: Tuple[int, ...] = ()  # ranks whose tracker counted prefill's ack
+    held: Tuple[int, ...] = ()  # ranks still holding the pages in deferred release
     client_aborted: bool = False  # this worker has handled the client's abort
     session_slot: bool = False
     cache_handle: bool = False
@@ -153,6 +161,10 @@ class DecodeReq:
     @property
     def holds_kv(self) -> bool:
         return bool(self.pages)
+
+    @property
+    def abort_notified(self) -> bool:
+        return bool(self.notified)
 
     @property
     def reserved_pages(self) -> int:
@@ -179,7 +191,11 @@ class Room:
     prefix: int = 0  # req_to_decode_prefix_len[room]
     failure_record: bool = False  # failure_records[room]
     concluded: Optional[KVPoll] = None  # sender's latched conclude_state
-    ack_owed: bool = False  # a deferred ABORT_ACK waits for the room to drain
+    # _deferred_ack_targets[room]: (decode rank, generation) pairs that get an
+    # ABORT_ACK once the room drains (0.5.21 also fans out to peers)
+    ack_to: Tuple[Tuple[int, int], ...] = ()
+    peers: Tuple[int, ...] = ()  # decode ranks in transfer_infos[room]
+    poisoned: bool = False  # _deferred_ack_poisoned_rooms (0.5.22+): never acks
 
 
 @attrs.frozen(cache_hash=True)
@@ -215,7 +231,8 @@ class Msg:
 
     kinds: ``metadata`` (D->P send_metadata), ``chunk`` (P->transfer worker
     send_kv_chunk), ``status`` (worker->D KVPoll), ``abort`` (D->P ABORT),
-    ``ack`` (P->D ABORT_ACK).
+    ``ack`` (P->D ABORT_ACK).  Decode->prefill messages travel on one FIFO
+    channel per (room, decode rank).
     """
 
     kind: str
@@ -225,6 +242,8 @@ class Msg:
     slot: int = -1
     poll: Optional[KVPoll] = None
     checksum: Optional[Tuple] = None
+    rank: int = 0  # decode rank: sender of metadata/abort, target of ack
+    gen: int = 0  # abort: the registration's generation; ack: its echo (0.5.22+)
 
 
 @attrs.frozen(cache_hash=True)

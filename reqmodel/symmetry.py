@@ -43,7 +43,7 @@ def _request_signature(s: State, r: int) -> Tuple:
     dst = None if room.dst is None else tuple(
         (s.d_pages[p].owner == r, s.d_pages[p].writer == r) for p in room.dst)
     msgs = tuple((m.kind, m.pages if m.kind == "chunk" else len(m.pages), m.last,
-                  m.poll) for m in s.net if m.rid == r)
+                  m.poll, m.rank, m.gen) for m in s.net if m.rid == r)
     return (
         attrs.astuple(s.p[r], recurse=False),
         replace(d, pages=(), meta_slot=-1 if d.meta_slot < 0 else 0,
@@ -194,10 +194,11 @@ def _relabel(s: State, page_map: Dict[int, int], slot_map: Dict[int, int]) -> St
 
 
 def _msg_order(m: Msg):
-    # stable sort: keeps the order inside a FIFO channel (decode->prefill:
-    # metadata and abort; the transfer queue: chunks), orders channels and rooms
+    # stable sort: keeps the order inside a FIFO channel (decode->prefill per
+    # decode rank: metadata and abort; the transfer queue: chunks), orders
+    # channels and rooms
     channel = "d2p" if m.kind in D_TO_P else m.kind
-    return (m.rid, channel)
+    return (m.rid, channel, m.rank)
 
 
 def canonical_net_order(s: State) -> State:

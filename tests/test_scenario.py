@@ -101,7 +101,7 @@ def test_bad_scenarios_are_refused_in_one_line(tmp_path, extra, message):
     ("name = 'x'\nprompt_pages = [1]\n[prefill]\npool_pages = 99\n[decode]\npool_pages = 2\n", "pool_pages must be"),
     ("name = 'x'\nprompt_pages = [1]\n[prefill]\npool_pages = 2\nintake_limit_pages = 3\n[decode]\npool_pages = 2\n", "intake_limit_pages"),
     ("name = 'x'\nprompt_pages = [1]\n[prefill]\npool_pages = true\n[decode]\npool_pages = 2\n", "must be an integer"),
-    ("name = 'x'\nprompt_pages = [1]\n[prefill]\npool_pages = 2\n[decode]\npool_pages = 2\nranks = 2\n", "ranks"),
+    ("name = 'x'\nprompt_pages = [1]\n[prefill]\npool_pages = 2\n[decode]\npool_pages = 2\nranks = 3\n", "ranks must be 1..2"),
     ("name = 'x'\nprompt_pages = [1, 1, 1, 1, 1]\n[prefill]\npool_pages = 2\n[decode]\npool_pages = 2\n", "bounded"),
     ("name = 'x'\nprompt_pages = [8, 8, 8, 8]\n[prefill]\npool_pages = 8\n[decode]\npool_pages = 8\n[events]\nclient_abort = true\n", "too large"),
     ("name = ", "invalid TOML"),
