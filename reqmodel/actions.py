@@ -742,7 +742,13 @@ def xfer_chunk(c: Ctx, s: State, r: int, arg=()) -> Effect:
             final = KVPoll.Failed
         s = update_status(c, s, r, final)
         s = send(s, Msg("status", r, poll=final))
-    return _maybe_ack_drained(c, s, r), evs
+    s = _maybe_ack_drained(c, s, r)
+    status = s.rooms[r].status
+    if not s.msgs("chunk", r) and (status in (None, KVPoll.Success)
+                                   or (msg.last and status == KVPoll.Failed)):
+        # the worker's teardown of a concluded room (mc 19:1980-1991, 22:2783-2793)
+        s = set_room(s, r, dst=None, dst_slot=-1, prefix=0, peers=())
+    return s, evs
 
 
 def _p_digest(c: Ctx, s: State, r: int) -> Tuple:
@@ -975,16 +981,26 @@ def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
                Event("acquire", r, "decode", ("kv",)))
 
 
-def d_release(s: State, r: int) -> State:
+def clear_checksum(c: Ctx, slot: MetaSlot) -> Optional[Tuple]:
+    """The checksum row a freed metadata slot keeps: 0.5.21/0.5.22 leave the last
+    owner's (only ``bootstrap_room[idx] = 0``), 0.5.23's ``clear_slot`` zeroes it
+    (ut 23:517-522)."""
+    return None if c.release.clear_slot_resets_checksum else slot.checksum
+
+
+def d_release(c: Ctx, s: State, r: int) -> State:
     """Free the request's D pages and metadata slot (``release_kv_cache`` on D and
-    the slot reset; ``_do_release`` dc 2390/2477/2791/2909/3018 for held ones)."""
+    the slot reset; ``_do_release`` dc 2390/2477/2791/2909/3018 for held ones).
+    The reset zeroes ``bootstrap_room[idx]`` and, from 0.5.23, the checksum row
+    (``clear_slot``, dc 23:2987/3024)."""
     req = s.d[r]
     pages = list(s.d_pages)
     for pg in req.pages:
         pages[pg] = replace(pages[pg], owner=None)
     slots = list(s.d_slots)
     if req.meta_slot >= 0:
-        slots[req.meta_slot] = replace(slots[req.meta_slot], owner=None, room=0)
+        slot = slots[req.meta_slot]
+        slots[req.meta_slot] = replace(slot, owner=None, room=0, checksum=clear_checksum(c, slot))
     s = replace(s, d_pages=tuple(pages), d_slots=tuple(slots))
     return set_d(s, r, pages=(), meta_slot=-1, has_receiver=False)
 
@@ -1016,13 +1032,13 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
             if c.release.checksum == "suffix" and not c.scenario.layouts_match:
                 expected = None  # 0.5.23 skips on a layout-signature mismatch
             slots = list(s.d_slots)
-            cleared = None if c.release.checksum == "suffix" else slot.checksum  # clear_slot
-            slots[req.meta_slot] = MetaSlot(owner=None, room=0, checksum=cleared, covered_pages=0)
+            slots[req.meta_slot] = MetaSlot(owner=None, room=0, checksum=clear_checksum(c, slot),
+                                            covered_pages=0)
             s = replace(s, d_slots=tuple(slots))
             s = set_d(s, r, stage=DStage.WAITING, meta_slot=-1, expected_checksum=expected,
                       has_receiver=False, is_retracted=False, rebootstrap=False)
             return s, (Event("commit", r, "decode", ()),)
-        s = set_d(d_release(s, r), r, stage=DStage.GONE, finished_reason=refused,
+        s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=refused,
                   cache_handle=False, session_slot=False)
         return stream_d(s, r, refused.status)
     s = set_d(s, r, finished_reason=ABORT_500, receiver_state=KVPoll.Failed)
@@ -1035,7 +1051,7 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
         else:  # 0.5.19/0.5.20: only a rank that notified P holds (dc 19:2305-2318)
             holders = s.d[r].notified
     if not holders:
-        s = set_d(d_release(s, r), r, stage=DStage.GONE, cache_handle=False, session_slot=False)
+        s = set_d(d_release(c, s, r), r, stage=DStage.GONE, cache_handle=False, session_slot=False)
         return s, evs
     if len(holders) < c.scenario.decode.ranks:  # the other ranks release now
         evs += (Event("rank_release", r, "decode", tuple(k for k in _all_ranks(c) if k not in holders)),)
@@ -1065,7 +1081,7 @@ def d_attend(c: Ctx, s: State, r: int, arg=()) -> Effect:
     forward attends over every page of the reserved range."""
     req = s.d[r]
     if req.expected_checksum is not None and _d_digest(c, s, r) != req.expected_checksum:
-        s = set_d(d_release(s, r), r, stage=DStage.GONE, finished_reason=ABORT_500,
+        s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=ABORT_500,
                   cache_handle=False, session_slot=False)
         return stream_d(s, r, 500)
     foreign = tuple(p for p in req.pages if s.d_pages[p].writer not in (None, r))
@@ -1085,7 +1101,7 @@ def d_respond(c: Ctx, s: State, r: int, arg=()) -> Effect:
     streamed and the request's pages and handle released."""
     req = s.d[r]
     reason = req.to_finish if req.to_finish is not None else (req.finished_reason or LENGTH)
-    s = set_d(d_release(s, r), r, stage=DStage.GONE, finished_reason=reason, to_finish=None,
+    s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=reason, to_finish=None,
               cache_handle=False, session_slot=False)
     return stream_d(s, r, reason.status, own=None if reason.is_abort else not req.read_foreign)
 
@@ -1100,7 +1116,7 @@ def d_retract(c: Ctx, s: State, r: int, arg=()) -> Effect:
     ``release_req`` (sb 2036/2163/2239/2242/2360: host backup, release KV,
     ``reset_for_retract``) -> ``_add_request_to_queue(is_retracted=True)``
     (sch 3939/4171/4264/4416/4540)."""
-    s = d_release(s, r)
+    s = d_release(c, s, r)
     s = set_d(s, r, stage=DStage.DOOR, door_flag="retracted", is_retracted=True,
               retraction_backup=True, was_retracted=True)
     return s, (Event("release", r, "decode", ("kv", True)),)
@@ -1142,7 +1158,7 @@ def d_pause_retract(c: Ctx, s: State, r: int, arg=()) -> Effect:
     ``reset_for_retract`` sets ``is_retracted``; ``hold_rebootstrap`` then, on
     resume, ``enqueue_held_rebootstrap`` -> ``add(is_rebootstrap=True)``
     (dc 19:712-730, 21:848-867).  Neither checks a pending ``to_finish``."""
-    s = d_release(s, r)
+    s = d_release(c, s, r)
     s = set_d(s, r, stage=DStage.DOOR, door_flag="rebootstrap", is_retracted=True,
               rebootstrap=True, was_retracted=True, read_foreign=False)
     return s, (Event("release", r, "decode", ("kv", True)),)
@@ -1210,8 +1226,8 @@ def resolve_held(c: Ctx, s: State, r: int) -> Effect:
     held = tuple(k for k in req.held if k not in ready)
     if held:
         return set_d(s, r, held=held), (Event("rank_release", r, "decode", ready),)
-    s = set_d(d_release(s, r), r, stage=DStage.GONE, held=(), cache_handle=False,
-              session_slot=False)
+    s = set_d(d_release(c, s, r), r, stage=DStage.GONE, held=(), armed=(), acked=(),
+              released_on_ack=True, cache_handle=False, session_slot=False)
     return s, (Event("release", r, "decode", ("kv", True)),)
 
 
@@ -1283,7 +1299,7 @@ def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
             s = set_d(s, r, armed=tuple((k, 0) for k in s.d[r].notified), acked=())
         return s, ()
     if req.stage is DStage.WAITING:
-        s = set_d(d_release(s, r), r, stage=DStage.GONE, finished_reason=c.abort_status,
+        s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=c.abort_status,
                   cache_handle=False, session_slot=False)
         return stream_d(s, r, c.abort_status.status)
     if req.stage is DStage.RETRACTED:
@@ -1368,8 +1384,8 @@ def d_deferred_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT`` (30 s): a held
     device entry is released anyway ("releasing anyway", dc 19:2405-2436).  The
     ranks set their deadlines in the same iteration, so they pass together."""
-    s = set_d(d_release(s, r), r, stage=DStage.GONE, held=(), cache_handle=False,
-              session_slot=False)
+    s = set_d(d_release(c, s, r), r, stage=DStage.GONE, held=(), armed=(), acked=(),
+              cache_handle=False, session_slot=False)
     return s, (Event("release", r, "decode", ("kv", True)),)
 
 

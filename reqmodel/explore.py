@@ -119,7 +119,8 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     """
     ctx = Ctx(release=release, scenario=scenario)
     classes = symmetry_classes(scenario)
-    canon = (lambda s: canonical(s, classes)) if symmetry else (lambda s: s)
+    ranks = scenario.decode.ranks
+    canon = (lambda s: canonical(s, classes, ranks)) if symmetry else (lambda s: s)
     intern = _Interner()
     t0 = time.perf_counter()
 

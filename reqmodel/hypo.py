@@ -416,13 +416,21 @@ def breaks(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Optional[int]:
 # the tail search looks this many steps deep, within this many states
 TAIL_DEPTH = 6
 TAIL_BUDGET = 20_000
+START_BUDGET = 5_000  # states: about half a second of breadth-first search
 
 
 def minimise(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Tuple[Step, ...]:
-    """Delete steps (``delete_steps``), then replace tails by shorter ones
-    (``shorten_tail``), until neither changes the trace."""
+    """A breadth-first search from the initial state first, within
+    ``START_BUDGET`` states: when it finds a hit, that is a shortest trace
+    (a run can stumble on a long route to a state that a different, shorter
+    route also reaches, and deleting steps from the long one cannot find the
+    short one).  Otherwise delete steps (``delete_steps``), then replace tails
+    by shorter ones (``shorten_tail``), until neither changes the trace."""
     cur = until_hit(ctx, prop, steps, repair=True)
     assert cur is not None, "the steps do not break the property"
+    shortest = _shortest_hit(ctx, prop, initial_state(ctx.scenario), len(cur) - 1, START_BUDGET)
+    if shortest is not None:
+        return shortest
     while True:
         cur = delete_steps(ctx, prop, cur)
         shorter = shorten_tail(ctx, prop, cur)

@@ -257,6 +257,27 @@ prop(
     state=_drain_acks_reach_holders,
 )
 
+def _room_state_released(s: State) -> bool:
+    for r, (p, d) in enumerate(zip(s.p, s.d)):
+        if p.stage is not PStage.GONE or d.stage is not DStage.GONE:
+            continue
+        if any(m.rid == r for m in s.net):
+            continue  # the room is still in use on the wire
+        room = s.rooms[r]
+        if (room.status is not None or room.dst is not None or room.failure_record
+                or room.ack_to or room.poisoned or d.armed):
+            return False
+    return True
+
+
+prop(
+    name="room-state-released", kind="always", ref="#3",
+    text="Once a request is gone from both workers and nothing of its room is in flight, no "
+         "control-plane entry for its room remains (request_status, transfer_infos, "
+         "failure_records, ack targets, poison mark, decode's drain-ack tracker).",
+    state=_room_state_released,
+)
+
 # ------------------------------------------------------------ reachability
 
 
@@ -284,8 +305,7 @@ prop(
 )
 
 def _ack_released(s: State) -> bool:
-    return any(d.stage is DStage.GONE and d.notified and set(d.notified) <= set(d.acked)
-               for d in s.d)
+    return any(d.released_on_ack for d in s.d)
 
 
 prop(

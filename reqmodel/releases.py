@@ -57,6 +57,7 @@ class Release:
     release_reduced: bool  # D releases a hold on every rank together (MIN-reduced)
     new_room_drops_acks: bool  # update_status creating a room drops its targets and poison
     clear_drops_ack_target: bool  # sender clear() drops the target instead of acking a drained room
+    clear_slot_resets_checksum: bool  # a freed metadata slot's checksum row is zeroed (clear_slot)
     has_cache_handle: bool  # Req.cache_request_handle exists
     cites: Dict[str, str] = attrs.field(factory=dict, eq=False, hash=False)
 
@@ -94,6 +95,7 @@ R0519 = Release(
     release_reduced=False,
     new_room_drops_acks=False,
     clear_drops_ack_target=True,
+    clear_slot_resets_checksum=False,
     cites={
         "prefill_door": "pf 19:385-388 (add -> create_sender, no door)",
         "decode_door": "dc 19:617 (add, no door)",
@@ -209,6 +211,7 @@ R0523 = attrs.evolve(
     sender_capacity="intake",
     checksum="suffix",
     release_reduced=True,
+    clear_slot_resets_checksum=True,
     cites={**R0522.cites,
            "ack_targets": "mc 23:2903; cc 23:1044-1084 (as 0.5.22)",
            "arming": "cc 23:2965; cc 23:979-1000",
@@ -225,7 +228,8 @@ R0523 = attrs.evolve(
            "p_waiting_abort": "pf 23:595",
            "create_sender": "pf 23:148-155 (max_input_len)",
            "requeue_fallback": "pf 23:1841 frees metadata",
-           "checksum": "dc 23:2580-2598 layout signature"},
+           "checksum": "dc 23:2580-2598 layout signature",
+           "clear_slot": "ut 23:517-522 (dc 23:2987, 3024)"},
 )
 
 RELEASES: Dict[str, Release] = {r.name: r for r in (R0519, R0520, R0521, R0522, R0523)}

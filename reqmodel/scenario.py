@@ -26,7 +26,7 @@ MAX_REQUESTS = 4
 MAX_POOL_PAGES = 8
 MAX_PROMPT_PAGES = 8
 MAX_WEIGHT = 14  # requests * (prompt pages + 3), a rough size of the product space
-MAX_DECODE_RANKS = 2  # ranks are not symmetry-reduced; each one adds a control channel
+MAX_DECODE_RANKS = 2  # each rank adds a control channel per request
 
 
 @attrs.frozen

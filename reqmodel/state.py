@@ -149,6 +149,7 @@ class DecodeReq:
     armed: Tuple[Tuple[int, int], ...] = ()
     acked: Tuple[int, ...] = ()  # ranks whose tracker counted prefill's ack
     held: Tuple[int, ...] = ()  # ranks still holding the pages in deferred release
+    released_on_ack: bool = False  # history: a hold ended on every rank's drain ack
     client_aborted: bool = False  # this worker has handled the client's abort
     session_slot: bool = False
     cache_handle: bool = False

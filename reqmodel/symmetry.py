@@ -6,7 +6,9 @@ Three identities are interchangeable in the model:
   any free pages, writes go to the ids published in the metadata);
 * decode metadata slots: likewise;
 * requests with the same prompt length: every action is parametric in the
-  request id, and every property quantifies over all requests.
+  request id, and every property quantifies over all requests;
+* decode ranks: every action treats the ranks alike, and every property
+  quantifies over all of them.
 
 ``canonical(s)`` applies a permutation of each kind chosen from the state's
 own content, so it maps a state to an isomorphic state; every state the
@@ -58,7 +60,44 @@ def _sort_key(x):
     return repr(x)
 
 
-def canonical(s: State, classes: Tuple[int, ...]) -> State:
+def canonical(s: State, classes: Tuple, ranks: int = 1) -> State:
+    """The representative of ``s``'s orbit under request, page and slot
+    permutations (``_canonical``) and, with several decode ranks, under
+    permutations of the ranks: the least (by ``repr``) of the canonical forms
+    of every rank relabelling.  Rank relabelling commutes with the other
+    permutations (they act on different fields), so this is again a true
+    canonical form."""
+    best = _canonical(s, classes)
+    if ranks < 2:
+        return best
+    best_key = repr(best)
+    for perm in itertools.permutations(range(ranks)):
+        if list(perm) == list(range(ranks)):
+            continue
+        cand = _canonical(permute_ranks(s, perm), classes)
+        key = repr(cand)
+        if key < best_key:
+            best, best_key = cand, key
+    return best
+
+
+def permute_ranks(s: State, perm: Sequence[int]) -> State:
+    """Rename decode rank k to ``perm[k]`` everywhere a rank is named: each
+    request's per-rank ABORT/ACK state, each room's ack targets and peers,
+    and the messages (re-sorted: each (room, rank) channel keeps its order)."""
+    def ks(xs):
+        return tuple(sorted(perm[k] for k in xs))
+
+    def pairs(xs):
+        return tuple(sorted((perm[k], g) for k, g in xs))
+    d = tuple(replace(x, notified=ks(x.notified), armed=pairs(x.armed), acked=ks(x.acked),
+                      held=ks(x.held)) for x in s.d)
+    rooms = tuple(replace(rm, ack_to=pairs(rm.ack_to), peers=ks(rm.peers)) for rm in s.rooms)
+    net = tuple(sorted((replace(m, rank=perm[m.rank]) for m in s.net), key=_msg_order))
+    return replace(s, d=d, rooms=rooms, net=net)
+
+
+def _canonical(s: State, classes: Tuple) -> State:
     """The representative of ``s``'s orbit.  ``classes[r]`` is request r's
     symmetry class (its prompt length): only requests of one class permute.
 
