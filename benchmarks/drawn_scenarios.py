@@ -1,5 +1,5 @@
 """Search scenarios drawn beyond the exhaustive bounds (up to 6 requests,
-8-page prompts, 12-page pools, every option and event) with the Hypothesis
+8-page prompts, 12-page pools, 4 decode ranks, every option and event) with the Hypothesis
 engine, on every release; print each violation found with its minimised
 trace length and the scenario that produced it.
 
@@ -19,7 +19,8 @@ def describe(sc):
             f"{' truncate' if p.auto_truncate else ''}{' checksum' if p.kv_checksum else ''}"
             f" chunk {p.chunk_pages}; D pool {d.pool_pages} limit {d.intake_limit_pages}"
             f"{' truncate' if d.auto_truncate else ''}{' checksum' if d.kv_checksum else ''}"
-            f"{' radix' if d.radix_cache else ''}; optimistic {sc.optimistic_prefill_attempts}"
+            f"{' radix' if d.radix_cache else ''} ranks {d.ranks}"
+            f"; optimistic {sc.optimistic_prefill_attempts}"
             f"; deferral {sc.deferred_release}; events {ev or 'none'}")
 
 
