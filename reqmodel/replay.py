@@ -42,7 +42,7 @@ def load(path, release: Optional[str] = None, guards: Optional[str] = None) -> L
         rel = releases.get(name)
     if "scenario_config" in meta:
         try:
-            sc = scenario.from_dict(meta["scenario_config"])
+            sc = scenario.from_dict(meta["scenario_config"], bounds=scenario.SAMPLED)
         except scenario.ScenarioError as exc:
             raise itf.TraceFileError(f"{path}: bad scenario_config: {exc}") from None
     elif "scenario" in meta:

@@ -30,6 +30,26 @@ MAX_DECODE_RANKS = 2  # each rank adds a control channel per request
 
 
 @attrs.frozen
+class Bounds:
+    """What a scenario file may ask for.  The exhaustive checker enumerates
+    the state space and needs the tight bounds; the Hypothesis engine and
+    trace replay only ever hold one state, so they accept larger scenarios,
+    up to sanity caps."""
+
+    requests: int
+    pool_pages: int
+    prompt_pages: int
+    decode_ranks: int
+    size_check: bool  # refuse by the product-size heuristic (MAX_WEIGHT)
+    purpose: str
+
+
+EXHAUSTIVE = Bounds(MAX_REQUESTS, MAX_POOL_PAGES, MAX_PROMPT_PAGES, MAX_DECODE_RANKS, True,
+                    "the exhaustive checker")
+SAMPLED = Bounds(16, 64, 64, 8, False, "the Hypothesis engine and replay")
+
+
+@attrs.frozen
 class Worker:
     pool_pages: int
     intake_limit_pages: int
@@ -88,7 +108,7 @@ class Scenario:
 
     def chunk(self) -> int:
         c = self.prefill.chunk_pages
-        return c if c > 0 else MAX_PROMPT_PAGES
+        return c if c > 0 else max(self.prompt_pages)
 
 
 _TOP = {"name", "description", "prompt_pages", "prefill", "decode", "options", "events"}
@@ -122,7 +142,7 @@ def _get(where: str, table: Dict[str, Any], key: str, typ: type, default: Any) -
     return value
 
 
-def _worker(role: str, table: Any, n_requests: int) -> Worker:
+def _worker(role: str, table: Any, n_requests: int, bounds: Bounds) -> Worker:
     where = f"[{role}] "
     if not isinstance(table, dict):
         raise ScenarioError(f"[{role}] must be a table")
@@ -141,23 +161,26 @@ def _worker(role: str, table: Any, n_requests: int) -> Worker:
         radix_cache=_get(where, table, "radix_cache", bool, False) if role == "decode" else False,
         ranks=_get(where, table, "ranks", int, 1) if role == "decode" else 1,
     )
-    if not 1 <= w.pool_pages <= MAX_POOL_PAGES:
-        raise ScenarioError(f"{where}pool_pages must be 1..{MAX_POOL_PAGES}, got {w.pool_pages}")
+    if not 1 <= w.pool_pages <= bounds.pool_pages:
+        raise ScenarioError(f"{where}pool_pages must be 1..{bounds.pool_pages} for {bounds.purpose}, "
+                            f"got {w.pool_pages}")
     if not 1 <= w.intake_limit_pages <= w.pool_pages:
         raise ScenarioError(
             f"{where}intake_limit_pages must be 1..pool_pages ({w.pool_pages}), "
             f"got {w.intake_limit_pages}")
-    if not 1 <= w.metadata_buffers <= MAX_REQUESTS:
-        raise ScenarioError(f"{where}metadata_buffers must be 1..{MAX_REQUESTS}")
+    if not 1 <= w.metadata_buffers <= bounds.requests:
+        raise ScenarioError(f"{where}metadata_buffers must be 1..{bounds.requests}")
     if w.chunk_pages < 0:
         raise ScenarioError(f"{where}chunk_pages must be >= 0")
-    if not 1 <= w.ranks <= MAX_DECODE_RANKS:
-        raise ScenarioError(f"{where}ranks must be 1..{MAX_DECODE_RANKS}, got {w.ranks}")
+    if not 1 <= w.ranks <= bounds.decode_ranks:
+        raise ScenarioError(f"{where}ranks must be 1..{bounds.decode_ranks} for {bounds.purpose}, "
+                            f"got {w.ranks}")
     return w
 
 
-def from_dict(data: Dict[str, Any], origin: str = "<scenario>") -> Scenario:
-    """Build and validate a scenario from parsed TOML."""
+def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
+              bounds: Bounds = EXHAUSTIVE) -> Scenario:
+    """Build and validate a scenario from parsed TOML, within ``bounds``."""
     _check_keys("", data, _TOP)
     name = _get("", data, "name", str, None)
     if not name:
@@ -166,17 +189,17 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>") -> Scenario:
     if (not isinstance(prompts, list) or not prompts
             or not all(isinstance(p, int) and not isinstance(p, bool) for p in prompts)):
         raise ScenarioError("prompt_pages must be a non-empty list of integers")
-    if len(prompts) > MAX_REQUESTS:
+    if len(prompts) > bounds.requests:
         raise ScenarioError(
-            f"prompt_pages has {len(prompts)} requests; the exhaustive checker is bounded "
-            f"to {MAX_REQUESTS} on this machine")
-    if not all(1 <= p <= MAX_PROMPT_PAGES for p in prompts):
-        raise ScenarioError(f"every prompt must be 1..{MAX_PROMPT_PAGES} pages")
+            f"prompt_pages has {len(prompts)} requests; {bounds.purpose} is bounded "
+            f"to {bounds.requests} on this machine")
+    if not all(1 <= p <= bounds.prompt_pages for p in prompts):
+        raise ScenarioError(f"every prompt must be 1..{bounds.prompt_pages} pages for {bounds.purpose}")
     for section in ("prefill", "decode"):
         if section not in data:
             raise ScenarioError(f"[{section}] table is required")
-    prefill = _worker("prefill", data["prefill"], len(prompts))
-    decode = _worker("decode", data["decode"], len(prompts))
+    prefill = _worker("prefill", data["prefill"], len(prompts), bounds)
+    decode = _worker("decode", data["decode"], len(prompts), bounds)
     options = data.get("options", {})
     if not isinstance(options, dict):
         raise ScenarioError("[options] must be a table")
@@ -215,7 +238,7 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>") -> Scenario:
     weight = sum(p + 3 for p in sc.prompt_pages) + sum(
         2 * len(targets) for targets in attrs.astuple(ev, recurse=False)) + (
         3 * (decode.ranks - 1) * len(prompts))
-    if weight > MAX_WEIGHT + 2 * len(prompts):
+    if bounds.size_check and weight > MAX_WEIGHT + 2 * len(prompts):
         raise ScenarioError(
             f"scenario {name!r} is too large for exhaustive search on this machine "
             f"(size {weight}; at most {MAX_WEIGHT + 2 * len(prompts)}): use fewer requests, "
@@ -236,7 +259,7 @@ def _event_targets(key: str, value: Any, n: int) -> Tuple[int, ...]:
         f"events.{key} must be true, false or a list of request indices, got {value!r}")
 
 
-def load_file(path: str) -> Scenario:
+def load_file(path: str, bounds: Bounds = EXHAUSTIVE) -> Scenario:
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
@@ -247,7 +270,7 @@ def load_file(path: str) -> Scenario:
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read: {exc.strerror}") from None
     try:
-        return from_dict(data, origin=path)
+        return from_dict(data, origin=path, bounds=bounds)
     except ScenarioError as exc:
         raise ScenarioError(f"{path}: {exc}") from None
 

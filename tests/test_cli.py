@@ -80,3 +80,48 @@ def test_conform_errors_are_one_line(tmp_path):
     assert "reqmodel conform --setup --release 0.5.21" in r.stderr
     r = run("conform", "--release", "0.5.21", "--model-release", "9", cwd=tmp_path)
     assert r.returncode == 2 and "unknown release '9'" in r.stderr
+
+
+BIG = """name = "big"
+prompt_pages = [3, 1, 2, 12, 1, 2]
+
+[prefill]
+pool_pages = 4
+intake_limit_pages = 2
+
+[decode]
+pool_pages = 16
+ranks = 3
+
+[events]
+client_abort = [0, 3]
+"""
+
+
+def test_hypothesis_engine_takes_scenarios_beyond_the_exhaustive_bounds(tmp_path):
+    """Six requests, a 12-page prompt and three decode ranks: refused by the
+    exhaustive checker in one line, checked by the Hypothesis engine, and the
+    trace it writes replays."""
+    f = tmp_path / "big.toml"
+    f.write_text(BIG)
+    r = run("check", "--scenario-file", str(f), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "bounded to 4" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = run("check", "--engine", "hypothesis", "--hypothesis-profile", "dev", "--release", "0.5.19",
+            "--scenario-file", str(f), "--property", "reject-acquires-nothing",
+            "--out", str(tmp_path / "cx"), "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (res,) = json.loads(r.stdout)["results"]
+    assert res["verdict"] == "violated"
+    trace = tmp_path / "cx" / "0.5.19" / "reject-acquires-nothing-big.itf.json"
+    r = run("replay", str(trace), "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["violated"] is True
+
+
+def test_sampled_bounds_still_refuse_absurd_scenarios(tmp_path):
+    f = tmp_path / "huge.toml"
+    f.write_text(BIG.replace("ranks = 3", "ranks = 9"))
+    r = run("check", "--engine", "hypothesis", "--scenario-file", str(f), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "ranks must be 1..8" in r.stderr

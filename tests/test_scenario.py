@@ -118,3 +118,15 @@ def test_missing_file_and_unknown_builtin():
         scenario.load_file("/nonexistent/s.toml")
     with pytest.raises(ScenarioError, match="unknown scenario 'nope'"):
         scenario.builtin("nope")
+
+
+def test_sampled_bounds_for_the_hypothesis_engine_and_replay():
+    data = {"name": "big", "prompt_pages": [1, 2, 3, 20, 1, 1],
+            "prefill": {"pool_pages": 24}, "decode": {"pool_pages": 24, "ranks": 4}}
+    with pytest.raises(ScenarioError, match="bounded to 4"):
+        scenario.from_dict(data)
+    sc = scenario.from_dict(data, bounds=scenario.SAMPLED)
+    assert sc.n == 6 and sc.decode.ranks == 4
+    assert sc.chunk() == 20  # unchunked: the longest prompt goes in one chunk
+    with pytest.raises(ScenarioError, match="bounded to 16"):
+        scenario.from_dict({**data, "prompt_pages": [1] * 17}, bounds=scenario.SAMPLED)
