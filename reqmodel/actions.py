@@ -157,11 +157,17 @@ def sender_abort(ctx: Ctx, s: State, r: int) -> State:
     return set_room(s, r, failure_record=True, concluded=KVPoll.Failed)
 
 
+def pop_transfer_infos(s: State, r: int) -> State:
+    """Pop ``transfer_infos[room]`` (decode's destinations, its peers) and
+    ``req_to_decode_prefix_len[room]``."""
+    return set_room(s, r, dst=None, dst_slot=-1, prefix=0, peers=())
+
+
 def sender_clear(c: Ctx, s: State, r: int) -> State:
     """``CommonKVSender.clear``: pop request_status, transfer_infos, prefix.  The
     room's ack target: 0.5.19/0.5.20 drop it (cc 19:1345-1348), 0.5.21+ ack it
     if the room has drained and keep it otherwise (cc 21:1700-1709)."""
-    s = set_room(s, r, status=None, dst=None, dst_slot=-1, prefix=0, peers=())
+    s = set_room(pop_transfer_infos(s, r), r, status=None)
     if c.release.clear_drops_ack_target:
         return set_room(s, r, ack_to=())
     return _maybe_ack_drained(c, s, r)
@@ -747,7 +753,7 @@ def xfer_chunk(c: Ctx, s: State, r: int, arg=()) -> Effect:
     if not s.msgs("chunk", r) and (status in (None, KVPoll.Success)
                                    or (msg.last and status == KVPoll.Failed)):
         # the worker's teardown of a concluded room (mc 19:1980-1991, 22:2783-2793)
-        s = set_room(s, r, dst=None, dst_slot=-1, prefix=0, peers=())
+        s = pop_transfer_infos(s, r)
     return s, evs
 
 
@@ -1200,13 +1206,12 @@ def notify_abort(c: Ctx, s: State, r: int, ranks: Tuple[int, ...], arm: bool) ->
     if not new:
         return s
     armed, acked = dict(req.armed), set(req.acked)
-    gen = 0
+    arming = arm and c.deferred
     for k in new:
-        if arm and c.deferred:
-            gen = (max(armed.values(), default=0) + 1) if c.release.ack_generations else 0
-            armed[k] = gen
+        if arming:
+            armed[k] = (max(armed.values(), default=0) + 1) if c.release.ack_generations else 0
             acked.discard(k)
-        s = send(s, Msg("abort", r, rank=k, gen=armed.get(k, 0) if arm and c.deferred else 0))
+        s = send(s, Msg("abort", r, rank=k, gen=armed[k] if arming else 0))
     return set_d(s, r, notified=tuple(sorted(set(req.notified) | set(new))),
                  armed=tuple(sorted(armed.items())), acked=tuple(sorted(acked)))
 
@@ -1226,8 +1231,15 @@ def resolve_held(c: Ctx, s: State, r: int) -> Effect:
     held = tuple(k for k in req.held if k not in ready)
     if held:
         return set_d(s, r, held=held), (Event("rank_release", r, "decode", ready),)
+    return do_release(c, s, r, on_ack=True)
+
+
+def do_release(c: Ctx, s: State, r: int, on_ack: bool) -> Effect:
+    """``_do_release`` (dc 2390/2477/2791/2909/3018): the held pages and slot are
+    freed on every rank still holding, and ``clear_deferred_abort_state``
+    drops the drain-ack tracker."""
     s = set_d(d_release(c, s, r), r, stage=DStage.GONE, held=(), armed=(), acked=(),
-              released_on_ack=True, cache_handle=False, session_slot=False)
+              released_on_ack=on_ack, cache_handle=False, session_slot=False)
     return s, (Event("release", r, "decode", ("kv", True)),)
 
 
@@ -1349,11 +1361,11 @@ def d_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 
 def _ack_arrived(c, s, r):
-    return any(m.kind == "ack" and m.rid == r for m in s.net)
+    return bool(s.msgs("ack", r))
 
 
 def _ack_ranks(c, s, r):
-    return rank_args(c, sorted({m.rank for m in s.net if m.kind == "ack" and m.rid == r}))
+    return rank_args(c, sorted({m.rank for m in s.msgs("ack", r)}))
 
 
 @action("decode", guard=_ack_arrived, choices=_ack_ranks, arg_names=RANK_ARG)
@@ -1363,7 +1375,7 @@ def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
     tracker is armed and, from 0.5.22, for the generation it armed; a held entry
     is then released (``resolve_deferred_releases`` -> ``_do_release``)."""
     k = rank_of(arg)
-    msg = next(m for m in s.net if m.kind == "ack" and m.rid == r and m.rank == k)
+    msg = next(m for m in s.msgs("ack", r) if m.rank == k)
     s = consume(s, msg)
     req = s.d[r]
     armed = dict(req.armed)
@@ -1384,9 +1396,7 @@ def d_deferred_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT`` (30 s): a held
     device entry is released anyway ("releasing anyway", dc 19:2405-2436).  The
     ranks set their deadlines in the same iteration, so they pass together."""
-    s = set_d(d_release(c, s, r), r, stage=DStage.GONE, held=(), armed=(), acked=(),
-              cache_handle=False, session_slot=False)
-    return s, (Event("release", r, "decode", ("kv", True)),)
+    return do_release(c, s, r, on_ack=False)
 
 
 # ================================================================ the model

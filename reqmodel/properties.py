@@ -18,7 +18,7 @@ from typing import Callable, Dict, Optional, Tuple
 import attrs
 
 from . import guards as g
-from .actions import Event, Step, room_id
+from .actions import Ctx, Event, Step, room_id
 from .releases import Release
 from .scenario import Scenario
 from .state import DStage, KVPoll, PStage, State
@@ -313,8 +313,7 @@ prop(
     text="Some path holds an aborted request's decode pages and releases them on the drain "
          "acks of every rank that notified prefill.",
     state=_ack_released,
-    applies=lambda rel, sc: (rel.deferred_release_default if sc.deferred_release is None
-                             else sc.deferred_release)
+    applies=lambda rel, sc: Ctx(rel, sc).deferred
     and (sc.events.any("client_abort") or sc.events.any("timeouts")),
 )
 
