@@ -1,5 +1,5 @@
 """Search scenarios drawn beyond the exhaustive bounds (up to 6 requests,
-8-page prompts, 12-page pools, 4 decode ranks, every option and event) with the Hypothesis
+8-page prompts, 12-page pools, 4 decode ranks, shared bootstrap rooms, every option and event) with the Hypothesis
 engine, on every release; print each violation found with its minimised
 trace length and the scenario that produced it.
 
@@ -21,7 +21,9 @@ def describe(sc):
             f"{' truncate' if d.auto_truncate else ''}{' checksum' if d.kv_checksum else ''}"
             f"{' radix' if d.radix_cache else ''} ranks {d.ranks}"
             f"; optimistic {sc.optimistic_prefill_attempts}"
-            f"; deferral {sc.deferred_release}; events {ev or 'none'}")
+            f"; deferral {sc.deferred_release}; events {ev or 'none'}"
+            + (f"; rooms {list(sc.bootstrap_rooms)} (reused after {sc.reuse_room_after})"
+               if sc.shares_rooms else ""))
 
 
 def main():

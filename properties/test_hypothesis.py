@@ -57,7 +57,7 @@ NOT_FOUND_BY_CI = {
     # issue #3's in-flight writes: decode releases, another request takes the
     # page, and the chunk lands before prefill has processed the ABORT
     **{(prop, "inflight-reuse", rel): "a write racing the abort: 0.03 to 0.2 % of runs"
-       for prop, rels in (("no-reuse-during-inflight-write", RELEASES[2:]),
+       for prop, rels in (("no-reuse-during-inflight-write", ("0.5.21", "0.5.23")),
                           ("no-foreign-kv-read", RELEASES)) for rel in rels},
     ("no-reuse-during-inflight-write", "optimistic-abort-unit", "0.5.20"):
         "a write racing the abort: 0.03 % of runs",
@@ -65,8 +65,13 @@ NOT_FOUND_BY_CI = {
         "a write racing the abort: 0.14 % of runs",
     ("no-reuse-during-inflight-write", "optimistic-abort-unit", "0.5.19"):
         "a write racing the abort: 0.04 % of runs",
-    ("drain-ack-reaches-every-rank", "two-rank-abort", "0.5.21"):
-        "two ABORTs either side of prefill's clear() while the chunk is queued: 0.1 % of runs",
+    # room reuse: the earlier request's Success report must stay in flight
+    # through the whole of the later request's transfer
+    **{("commit-after-all-ranks", "room-reuse", rel):
+       "a status report delayed across a whole request: none in 20,000 sampled runs"
+       for rel in RELEASES},
+    ("no-reuse-during-inflight-write", "room-reuse", "0.5.22"):
+        "the re-created room's destinations reach the later request: 0.5 % of runs",
 }
 FOUND_BY_CI = [pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason=NOT_FOUND_BY_CI[c]))
                if c in NOT_FOUND_BY_CI else c for c in violated_cells()]

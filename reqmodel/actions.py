@@ -26,7 +26,7 @@ from . import guards as g
 from .guards import is_aborted
 from .releases import Release
 from .scenario import Scenario
-from .state import (ABORT_400, ABORT_500, D_TO_P, LENGTH, DecodeReq, DStage, Finish, KVPoll,
+from .state import (ABORT_400, ABORT_500, D_TO_P, LENGTH, DecodeReq, DRoom, DStage, Finish, KVPoll,
                     MetaSlot, Msg, Page, PrefillReq, PStage, Room, State, replace)
 
 
@@ -72,6 +72,9 @@ class Action:
     choices: Optional[Callable[[Ctx, State, int], Iterable[Tuple]]] = None
     event_flag: Optional[str] = None  # scenario.events flag that enables it
     arg_names: Tuple[str, ...] = ()  # names of the choice's components, for traces
+    # how many trailing components a step may leave out (a one-rank scenario
+    # names no decode rank; a metadata slot is named only when it is a choice)
+    optional_args: int = 0
 
     @property
     def doc(self) -> str:
@@ -86,15 +89,17 @@ class Action:
         return self.choices(ctx, s, rid) if self.choices else ((),)
 
 
+RANK_ARG = ("rank",)  # the choice of actions that name a decode rank
 ACTIONS: List[Action] = []
 BY_NAME: Dict[str, Action] = {}
 
 
 def action(actor: str, guard: Callable, choices: Callable = None, event: str = None,
-           arg_names: Tuple[str, ...] = ()):
+           arg_names: Tuple[str, ...] = (), optional_args: int = 0):
     """Register an action: ``guard(ctx, s, rid) -> bool`` first, effect below."""
     def deco(fn):
-        a = Action(fn.__name__, actor, guard, fn, choices, event, tuple(arg_names))
+        a = Action(fn.__name__, actor, guard, fn, choices, event, tuple(arg_names),
+                   1 if tuple(arg_names) == RANK_ARG else optional_args)
         ACTIONS.append(a)
         BY_NAME[a.name] = a
         return fn
@@ -112,8 +117,24 @@ def set_d(s: State, r: int, **kw) -> State:
     return replace(s, d=s.d[:r] + (replace(s.d[r], **kw),) + s.d[r + 1:])
 
 
-def set_room(s: State, r: int, **kw) -> State:
-    return replace(s, rooms=s.rooms[:r] + (replace(s.rooms[r], **kw),) + s.rooms[r + 1:])
+def room_of(c: Ctx, s: State, r: int) -> Room:
+    """Prefill's KV manager entry for request r's ``bootstrap_room``."""
+    return s.rooms[c.scenario.room_slot(r)]
+
+
+def set_room(c: Ctx, s: State, r: int, **kw) -> State:
+    k = c.scenario.room_slot(r)
+    return replace(s, rooms=s.rooms[:k] + (replace(s.rooms[k], **kw),) + s.rooms[k + 1:])
+
+
+def d_room_of(c: Ctx, s: State, r: int) -> DRoom:
+    """Decode's drain-ack tracker for request r's ``bootstrap_room``."""
+    return s.d_rooms[c.scenario.room_slot(r)]
+
+
+def set_d_room(c: Ctx, s: State, r: int, **kw) -> State:
+    k = c.scenario.room_slot(r)
+    return replace(s, d_rooms=s.d_rooms[:k] + (replace(s.d_rooms[k], **kw),) + s.d_rooms[k + 1:])
 
 
 def send(s: State, msg: Msg) -> State:
@@ -125,57 +146,61 @@ def consume(s: State, msg: Msg) -> State:
     return replace(s, net=s.net[:i] + s.net[i + 1:])
 
 
-def room_id(r: int) -> int:
-    return r + 1
+def room_id(c: Ctx, r: int) -> int:
+    return c.scenario.room_id(r)
 
 
-def sender_poll(s: State, r: int) -> Optional[KVPoll]:
+def room_msgs(c: Ctx, s: State, kind: str, r: int) -> Tuple[Msg, ...]:
+    return s.room_msgs(kind, r)
+
+
+def sender_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
     """Sender poll (mc 19:2399-2419): the latched conclude_state, else
     ``request_status[room]``, with Success reported as Transferring while
     chunks of the room are still outstanding."""
-    room = s.rooms[r]
-    if room.concluded is not None:
-        return room.concluded
-    if room.status == KVPoll.Success and s.msgs("chunk", r):
+    room = room_of(c, s, r)
+    if s.p[r].concluded is not None:
+        return s.p[r].concluded
+    if room.status == KVPoll.Success and room_msgs(c, s, "chunk", r):
         return KVPoll.Transferring
     return room.status
 
 
 def update_status(ctx: Ctx, s: State, r: int, new: KVPoll) -> State:
-    room = s.rooms[r]
+    room = room_of(ctx, s, r)
     status = ctx.release.update_status(room.status, new)
     if room.status is None and status is not None and ctx.release.new_room_drops_acks:
         # a new room lifecycle drops the ack state of the room's last user (cc 22:570-574)
-        return set_room(s, r, status=status, ack_to=(), poisoned=False)
-    return set_room(s, r, status=status)
+        return set_room(ctx, s, r, status=status, ack_to=(), poisoned=False)
+    return set_room(ctx, s, r, status=status)
 
 
 def sender_abort(ctx: Ctx, s: State, r: int) -> State:
     """``CommonKVSender.abort`` (cc 1350/1578/1711/2147/2458): record a failure,
     set Failed, latch ``conclude_state = Failed``.  Sends nothing to D."""
     s = update_status(ctx, s, r, KVPoll.Failed)
-    return set_room(s, r, failure_record=True, concluded=KVPoll.Failed)
+    return set_p(set_room(ctx, s, r, failure_record=True), r, concluded=KVPoll.Failed)
 
 
-def pop_transfer_infos(s: State, r: int) -> State:
+def pop_transfer_infos(c: Ctx, s: State, r: int) -> State:
     """Pop ``transfer_infos[room]`` (decode's destinations, its peers) and
     ``req_to_decode_prefix_len[room]``."""
-    return set_room(s, r, dst=None, dst_slot=-1, prefix=0, peers=())
+    return set_room(c, s, r, dst=None, dst_slot=-1, prefix=0, peers=())
 
 
 def sender_clear(c: Ctx, s: State, r: int) -> State:
     """``CommonKVSender.clear``: pop request_status, transfer_infos, prefix.  The
     room's ack target: 0.5.19/0.5.20 drop it (cc 19:1345-1348), 0.5.21+ ack it
     if the room has drained and keep it otherwise (cc 21:1700-1709)."""
-    s = set_room(pop_transfer_infos(s, r), r, status=None)
+    s = set_room(c, pop_transfer_infos(c, s, r), r, status=None)
     if c.release.clear_drops_ack_target:
-        return set_room(s, r, ack_to=())
+        return set_room(c, s, r, ack_to=())
     return _maybe_ack_drained(c, s, r)
 
 
 def failure_exception(c: Ctx, s: State, r: int) -> State:
     """``failure_exception()``: clear(), pop failure_records[room], raise."""
-    return set_room(sender_clear(c, s, r), r, failure_record=False)
+    return set_room(c, sender_clear(c, s, r), r, failure_record=False)
 
 
 def p_release_kv(s: State, r: int, unconditional: bool) -> Tuple[State, Tuple[Event, ...]]:
@@ -240,8 +265,19 @@ def run_retire_cleanup(ctx: Ctx, req, steps: Tuple[str, ...]) -> dict:
 # ================================================================ intake
 
 
+def _room_free_for(c: Ctx, s: State, r: int) -> bool:
+    """A request that reuses a ``bootstrap_room`` (``GenerateReqInput.bootstrap_room``
+    is the client's to set) is sent once the room's previous user has its
+    answer: from both workers, or from decode alone (``reuse_room_after``)."""
+    prev = c.scenario.previous_user(r)
+    if prev is None:
+        return True
+    both = c.scenario.reuse_room_after == "both"
+    return s.d[prev].answer is not None and (not both or s.p[prev].answer is not None)
+
+
 def _absent_p(c, s, r):
-    return s.p[r].stage is PStage.ABSENT
+    return s.p[r].stage is PStage.ABSENT and _room_free_for(c, s, r)
 
 
 @action("client", guard=_absent_p)
@@ -258,7 +294,7 @@ def p_intake(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 
 def _absent_d(c, s, r):
-    return s.d[r].stage is DStage.ABSENT
+    return s.d[r].stage is DStage.ABSENT and _room_free_for(c, s, r)
 
 
 @action("client", guard=_absent_d)
@@ -307,17 +343,16 @@ def p_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     return s, (Event("acquire", r, "prefill", ("sender",)),)
 
 
-def next_d_to_p(s: State, r: int, rank: int = 0) -> Optional[Msg]:
-    """The oldest decode->prefill message of the room from one decode rank:
-    ``send_metadata`` and ``receiver.abort`` share that rank's cached bootstrap
-    socket, so they arrive in order."""
+def next_d_to_p(c: Ctx, s: State, r: int, rank: int = 0) -> Optional[Msg]:
+    """The oldest decode->prefill message of r's room from one decode rank,
+    if request r sent it: ``send_metadata`` and ``receiver.abort`` share that
+    rank's cached bootstrap socket, so they arrive in order."""
+    slot = c.scenario.room_slot
+    k = slot(r)
     for m in s.net:
-        if m.rid == r and m.kind in D_TO_P and m.rank == rank:
-            return m
+        if m.kind in D_TO_P and m.rank == rank and slot(m.rid) == k:
+            return m if m.rid == r else None
     return None
-
-
-RANK_ARG = ("rank",)  # the choice of actions that name a decode rank
 
 
 def rank_of(arg: Tuple) -> int:
@@ -334,7 +369,7 @@ def rank_args(c: Ctx, ranks: Iterable[int]) -> Tuple[Tuple, ...]:
 
 def _d_to_p_ranks(c: Ctx, s: State, r: int, kind: str) -> Tuple[int, ...]:
     return tuple(k for k in range(c.scenario.decode.ranks)
-                 if (m := next_d_to_p(s, r, k)) is not None and m.kind == kind)
+                 if (m := next_d_to_p(c, s, r, k)) is not None and m.kind == kind)
 
 
 def _metadata_arrived(c, s, r):
@@ -353,10 +388,10 @@ def p_recv_metadata(c: Ctx, s: State, r: int, arg=()) -> Effect:
     ``update_status``, whether or not a local sender exists.  Ranks allocate in
     lockstep, so each names the same page indices of its own pool."""
     k = rank_of(arg)
-    msg = next_d_to_p(s, r, k)
+    msg = next_d_to_p(c, s, r, k)
     s = consume(s, msg)
-    peers = tuple(sorted(set(s.rooms[r].peers) | {k}))
-    s = set_room(s, r, dst=msg.pages, dst_slot=msg.slot, peers=peers,
+    peers = tuple(sorted(set(room_of(c, s, r).peers) | {k}))
+    s = set_room(c, s, r, dst=msg.pages, dst_slot=msg.slot, peers=peers,
                  prefix=msg.checksum[0] if msg.checksum else 0)
     if len(peers) < c.scenario.decode.ranks:
         return s, ()
@@ -374,7 +409,7 @@ def _optimistic(c, s, r):
 def _bootstrap_ready(c, s, r):
     if s.p[r].stage is not PStage.BOOTSTRAP:
         return False
-    poll = sender_poll(s, r)
+    poll = sender_poll(c, s, r)
     if poll == KVPoll.Failed:
         return True
     if poll == KVPoll.WaitingForInput:
@@ -400,7 +435,7 @@ def finalize_bootstrap(c: Ctx, s: State, r: int) -> Effect:
     prefix)/page), idx)``; ``pending_bootstrap=False``."""
     req = s.p[r]
     evs = () if req.holds_metadata else (Event("acquire", r, "prefill", ("metadata",)),)
-    prefix = s.rooms[r].prefix
+    prefix = room_of(c, s, r).prefix
     s = set_p(s, r, holds_metadata=True, pending_bootstrap=False,
               send_pages=max(req.origin_pages - prefix, 0), sent=max(req.sent, prefix))
     return s, evs + (Event("acquire", r, "prefill", ("init",)),)
@@ -412,7 +447,7 @@ def p_pop_bootstrapped(c: Ctx, s: State, r: int, arg=()) -> Effect:
     ``handle_bootstrap_failure``; WaitingForInput -> ``finalize_bootstrap`` and the
     waiting queue; Bootstrapping with optimistic prefill allowed and not
     ``is_retracted`` -> metadata buffer, waiting queue, still pending."""
-    poll = sender_poll(s, r)
+    poll = sender_poll(c, s, r)
     if poll == KVPoll.Failed:
         return handle_bootstrap_failure(c, s, r)
     if poll == KVPoll.WaitingForInput:
@@ -426,7 +461,7 @@ def _waiting_resolvable(c, s, r):
     req = s.p[r]
     if req.stage is not PStage.WAITING or is_aborted(req):
         return False
-    poll = sender_poll(s, r)
+    poll = sender_poll(c, s, r)
     return poll == KVPoll.Failed or (poll == KVPoll.WaitingForInput and req.pending_bootstrap)
 
 
@@ -435,7 +470,7 @@ def p_resolve_waiting(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """P3 ``resolve_waiting_queue_bootstrap`` (pf 527/547/597/584/606): polls
     non-aborted waiting requests; Failed -> ``handle_bootstrap_failure``;
     WaitingForInput and still pending -> ``finalize_bootstrap``."""
-    if sender_poll(s, r) == KVPoll.Failed:
+    if sender_poll(c, s, r) == KVPoll.Failed:
         return handle_bootstrap_failure(c, s, r)
     return finalize_bootstrap(c, s, r)
 
@@ -458,7 +493,7 @@ def _can_forward(c, s, r):
         if req.pending_chunked_abort:
             return False
         if req.pending_bootstrap:  # process_prefill_chunk kept it: still bootstrapping
-            if sender_poll(s, r) != KVPoll.Bootstrapping or is_aborted(req):
+            if sender_poll(c, s, r) != KVPoll.Bootstrapping or is_aborted(req):
                 return False
             if _has_bootstrapped_waiting(s, r):
                 return False
@@ -493,7 +528,7 @@ def _chunked_check(c, s, r):
     stages = (PStage.CHUNKED,) if _loop_timing(c) else (PStage.CHUNKED, PStage.FORWARDED)
     if req.stage not in stages or not req.pending_bootstrap or req.pending_chunked_abort:
         return False
-    poll = sender_poll(s, r)
+    poll = sender_poll(c, s, r)
     if poll in (KVPoll.Failed, KVPoll.WaitingForInput):
         return True
     return (req.stage is PStage.CHUNKED and poll == KVPoll.Bootstrapping
@@ -507,7 +542,7 @@ def p_check_chunked(c: Ctx, s: State, r: int, arg=()) -> Effect:
     req; WaitingForInput -> ``finalize_bootstrap``; still bootstrapping and aborted,
     or another waiting request is bootstrapped -> ``chunked_req = None`` (under
     overlap the release-and-requeue waits for the middle result)."""
-    poll = sender_poll(s, r)
+    poll = sender_poll(c, s, r)
     if poll == KVPoll.Failed:
         return handle_bootstrap_failure(c, s, r)
     if poll == KVPoll.WaitingForInput:
@@ -538,15 +573,19 @@ def send_kv_chunk(c: Ctx, s: State, r: int, end: int) -> Effect:
     """``send_kv_chunk`` (pf 19:1194-1240): send pages ``[start_send_idx, end)``;
     returns early when there is nothing after ``start_send_idx`` (a decode prefix
     hit covering the stub: no chunk, so no Success ever).  The sender marks the
-    chunk *last* when it reaches ``num_kv_indices`` (cc 19:1289-1291)."""
+    chunk *last* when it reaches ``num_kv_indices`` (cc 19:1289-1291).  The KV
+    manager queues it only for a room it knows, not Failed, with decode's
+    destinations (``add_transfer_request``, mc 19:2229-2240 ... 23:3098-3111)."""
     req = s.p[r]
     start = req.sent
     if start >= end:
         return s, ()
-    prefix = s.rooms[r].prefix
+    room = room_of(c, s, r)
+    prefix = room.prefix
     last = req.send_pages >= 0 and end - prefix >= req.send_pages
     s = set_p(s, r, sent=end)
-    s = send(s, Msg("chunk", r, pages=(start - prefix, end - prefix), last=last))
+    if room.status not in (None, KVPoll.Failed) and room.dst is not None:
+        s = send(s, Msg("chunk", r, pages=(start - prefix, end - prefix), last=last))
     return s, (Event("send", r, "prefill", (last, req.holds_metadata)),)
 
 
@@ -648,7 +687,7 @@ def _inflight_ready(c, s, r):
     req = s.p[r]
     if req.stage is not PStage.INFLIGHT:
         return False
-    poll = sender_poll(s, r)
+    poll = sender_poll(c, s, r)
     if req.pending_bootstrap:
         return poll == KVPoll.Failed or poll == KVPoll.WaitingForInput
     return poll in (KVPoll.Success, KVPoll.Failed)
@@ -662,7 +701,7 @@ def p_inflight(c: Ctx, s: State, r: int, arg=()) -> Effect:
     ``release_kv_cache`` (insert), ``sender.clear()``, stream, free metadata.
     Failed: ``handle_inflight_transfer_failure`` (pf 983/1057/1115/1239/1282)."""
     req = s.p[r]
-    poll = sender_poll(s, r)
+    poll = sender_poll(c, s, r)
     if req.pending_bootstrap:
         if poll == KVPoll.Failed:
             return handle_bootstrap_failure(c, s, r)
@@ -690,25 +729,29 @@ def p_inflight(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 
 def _chunk_queued(c, s, r):
-    return bool(s.msgs("chunk", r))
+    """The oldest chunk of r's room is r's (the queue of a room is FIFO)."""
+    queue = room_msgs(c, s, "chunk", r)
+    return bool(queue) and queue[0].rid == r
 
 
 def _maybe_ack_drained(c: Ctx, s: State, r: int) -> State:
     """``_maybe_ack_drained_abort`` (cc 19:432-439, 21:705-727, 22:908-925): once no
     chunk of the room is outstanding, the registered targets get their ABORT_ACK
     (0.5.21 also every ``transfer_infos`` peer); a poisoned room never acks."""
-    room = s.rooms[r]
-    if not room.ack_to or s.msgs("chunk", r):
+    room = room_of(c, s, r)
+    if not room.ack_to or room_msgs(c, s, "chunk", r):
         return s
-    s = set_room(s, r, ack_to=())
+    s = set_room(c, s, r, ack_to=())
     if room.poisoned:
         return s
-    targets = dict(room.ack_to)
+    targets = {k: (gen, origin) for k, gen, origin in room.ack_to}
     if c.release.ack_targets == "fan-out":
+        origin = room.ack_to[0][2]
         for k in room.peers:
-            targets.setdefault(k, 0)
+            targets.setdefault(k, (0, origin))
     for k in sorted(targets):
-        s = send(s, Msg("ack", r, rank=k, gen=targets[k]))
+        gen, origin = targets[k]
+        s = send(s, Msg("ack", origin, rank=k, gen=gen))
     return s
 
 
@@ -720,9 +763,9 @@ def xfer_chunk(c: Ctx, s: State, r: int, arg=()) -> Effect:
     truncating the source (mc 19:1764-1775), into whatever those pages hold now;
     on the last chunk writes aux into D's metadata slot and reports the room's
     status to D (``conclude_transfer`` from 0.5.20, cc 20:507)."""
-    msg = s.msgs("chunk", r)[0]
+    msg = room_msgs(c, s, "chunk", r)[0]
     s = consume(s, msg)
-    room = s.rooms[r]
+    room = room_of(c, s, r)
     if room.status is None or room.status == KVPoll.Failed or room.dst is None:
         return _maybe_ack_drained(c, s, r), (Event("xfer_skip", r, "transfer", ()),)
     a, b = msg.pages
@@ -740,7 +783,7 @@ def xfer_chunk(c: Ctx, s: State, r: int, arg=()) -> Effect:
                 checksum = _p_digest(c, s, r)
             slots = list(s.d_slots)
             covered = room.prefix + max(s.p[r].send_pages, 0)
-            slots[slot] = replace(slots[slot], room=room_id(r), checksum=checksum,
+            slots[slot] = replace(slots[slot], room=room_id(c, r), checksum=checksum,
                                   covered_pages=covered)
             s = replace(s, d_slots=tuple(slots))
         final = KVPoll.Success
@@ -749,11 +792,11 @@ def xfer_chunk(c: Ctx, s: State, r: int, arg=()) -> Effect:
         s = update_status(c, s, r, final)
         s = send(s, Msg("status", r, poll=final))
     s = _maybe_ack_drained(c, s, r)
-    status = s.rooms[r].status
-    if not s.msgs("chunk", r) and (status in (None, KVPoll.Success)
+    status = room_of(c, s, r).status
+    if not room_msgs(c, s, "chunk", r) and (status in (None, KVPoll.Success)
                                    or (msg.last and status == KVPoll.Failed)):
         # the worker's teardown of a concluded room (mc 19:1980-1991, 22:2783-2793)
-        s = pop_transfer_infos(s, r)
+        s = pop_transfer_infos(c, s, r)
     return s, evs
 
 
@@ -762,13 +805,13 @@ def _p_digest(c: Ctx, s: State, r: int) -> Tuple:
     len(origin)))``; 0.5.23 from ``disagg_decode_prefix_len``.  The digest of a
     range of P's own KV is modelled as (request, first page, length)."""
     req = s.p[r]
-    start = s.rooms[r].prefix if c.release.checksum == "suffix" else 0
+    start = room_of(c, s, r).prefix if c.release.checksum == "suffix" else 0
     return (r, start, min(req.extend_end, req.origin_pages) - start)
 
 
 def _room_can_fail(c, s, r):
-    st = s.rooms[r].status
-    return st in (KVPoll.WaitingForInput, KVPoll.Transferring) and s.rooms[r].dst is not None
+    st = room_of(c, s, r).status
+    return st in (KVPoll.WaitingForInput, KVPoll.Transferring) and room_of(c, s, r).dst is not None
 
 
 @action("transfer", guard=_room_can_fail, event="transfer_failure")
@@ -779,9 +822,9 @@ def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
     the failed batch poisons the room: it cannot prove the writes stopped, so it
     drops its ack targets and never acks (mc 22:2413-2421, 22:2809)."""
     s = update_status(c, s, r, KVPoll.Failed)
-    s = set_room(s, r, failure_record=True)
+    s = set_room(c, s, r, failure_record=True)
     if c.release.poison_failed_rooms:
-        s = set_room(s, r, poisoned=True, ack_to=())
+        s = set_room(c, s, r, poisoned=True, ack_to=())
     return send(s, Msg("status", r, poll=KVPoll.Failed)), ()
 
 
@@ -793,19 +836,25 @@ def _abort_ranks(c, s, r):
     return rank_args(c, _d_to_p_ranks(c, s, r, "abort"))
 
 
-def register_ack_target(c: Ctx, s: State, r: int, rank: int, gen: int) -> State:
-    """``register_deferred_ack_target``: 0.5.19/0.5.20 keep one target per room,
-    overwritten by a later ABORT (cc 19:441-447); 0.5.21 also snapshots the
-    room's ``transfer_infos`` peers (cc 21:729-739); 0.5.22+ keep one target per
-    decode endpoint with its generation, none for a poisoned room (cc 22:927-943)."""
-    room = s.rooms[r]
+def register_ack_target(c: Ctx, s: State, msg: Msg) -> State:
+    """``register_deferred_ack_target`` for the ABORT ``msg``: 0.5.19/0.5.20 keep
+    one target per room, overwritten by a later ABORT (cc 19:441-447); 0.5.21
+    also snapshots the room's ``transfer_infos`` peers (cc 21:729-739); 0.5.22+
+    keep one target per decode endpoint with its generation, none for a
+    poisoned room (cc 22:927-943).  Each target remembers (as history) the
+    decode request whose ABORT registered it."""
+    r, rank, gen = msg.rid, msg.rank, msg.gen
+    room = room_of(c, s, r)
     if c.release.ack_targets == "last":
-        return set_room(s, r, ack_to=((rank, gen),))
+        return set_room(c, s, r, ack_to=((rank, gen, r),))
     if c.release.ack_targets == "fan-out":
-        return set_room(s, r, ack_to=((rank, gen),) + tuple((k, 0) for k in room.peers if k != rank))
+        return set_room(c, s, r, ack_to=((rank, gen, r),) + tuple(
+            (k, 0, r) for k in room.peers if k != rank))
     if room.poisoned:
         return s
-    return set_room(s, r, ack_to=tuple(sorted({**dict(room.ack_to), rank: gen}.items())))
+    targets = {k: (k, g, o) for k, g, o in room.ack_to}
+    targets[rank] = (rank, gen, r)
+    return set_room(c, s, r, ack_to=tuple(sorted(targets.values())))
 
 
 @action("prefill", guard=_abort_arrived, choices=_abort_ranks, arg_names=RANK_ARG)
@@ -819,11 +868,11 @@ def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     registers if active or outstanding; 0.5.22+ register every ABORT that
     carries a generation.  A registered target is acked once the room drains."""
     k = rank_of(arg)
-    msg = next_d_to_p(s, r, k)
+    msg = next_d_to_p(c, s, r, k)
     s = consume(s, msg)
-    room = s.rooms[r]
+    room = room_of(c, s, r)
     active = room.status is not None and room.status != KVPoll.Success
-    outstanding = bool(s.msgs("chunk", r))
+    outstanding = bool(room_msgs(c, s, "chunk", r))
     if active:
         s = update_status(c, s, r, KVPoll.Failed)
     if not c.deferred:
@@ -835,7 +884,7 @@ def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     else:
         register = active
     if register:
-        return _maybe_ack_drained(c, register_ack_target(c, s, r, k, msg.gen), r), ()
+        return _maybe_ack_drained(c, register_ack_target(c, s, msg), r), ()
     if c.release.ack_targets != "per-endpoint" and not outstanding:
         s = send(s, Msg("ack", r, rank=k))
     return s, ()
@@ -875,7 +924,7 @@ def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     if is_retracted:
         return set_d(s, r, stage=DStage.RETRACTED, door_flag=None), ()
     s = set_d(s, r, stage=DStage.PREALLOC, has_receiver=True,
-              receiver_state=KVPoll.WaitingForInput, notified=(), armed=(), acked=(), held=())
+              receiver_state=KVPoll.WaitingForInput, notified=(), held=())
     return s, (Event("acquire", r, "decode", ("receiver",)),)
 
 
@@ -935,6 +984,27 @@ def page_choices(s: State, need: int) -> Iterable[Tuple[int, ...]]:
     return build((), {})
 
 
+def slot_choices(s: State) -> Tuple[int, ...]:
+    """One free metadata slot per class of indistinguishable ones.  Decode's
+    allocator hands out slots in the order they were freed (a deque,
+    ``ReqToMetadataIdxAllocator`` ut 19:270-290) and nothing resets a slot at
+    allocation, so a slot a late aux write dirtied after its free is handed
+    out as it is; the model lets any free slot come next."""
+    free = [i for i, sl in enumerate(s.d_slots) if sl.owner is None]
+    refs: Dict[int, list] = {i: [] for i in free}
+    for r, room in enumerate(s.rooms):
+        if room.dst_slot in refs:
+            refs[room.dst_slot].append(("dst", r))
+    for m in s.net:
+        if m.kind == "metadata" and m.slot in refs:
+            refs[m.slot].append(("msg", m.rid, m.rank))
+    seen: Dict[Tuple, int] = {}
+    for i in free:
+        sl = s.d_slots[i]
+        seen.setdefault((repr((sl.room, sl.checksum, sl.covered_pages)), tuple(refs[i])), i)
+    return tuple(sorted(seen.values()))
+
+
 def _prealloc_need(c: Ctx, req: DecodeReq, prefix: int) -> int:
     return req.origin_pages - prefix
 
@@ -942,15 +1012,20 @@ def _prealloc_need(c: Ctx, req: DecodeReq, prefix: int) -> int:
 def _prealloc_choices(c, s, r):
     req = s.d[r]
     prefixes = (0, 1) if _radix_hit_possible(c, req) else (0,)
+    slots = slot_choices(s)
     for prefix in prefixes:
         for pages in page_choices(s, _prealloc_need(c, req, prefix)):
-            yield (prefix, pages)
+            if len(slots) == 1:  # the usual case: the slot is no choice
+                yield (prefix, pages)
+            else:
+                for slot in slots:
+                    yield (prefix, pages, slot)
 
 
 def _can_prealloc(c, s, r):
     req = s.d[r]
     return (req.stage is DStage.PREALLOC and not _prealloc_drop(c, s, r)
-            and req.receiver_state == KVPoll.WaitingForInput and s.free_d_slot() >= 0
+            and req.receiver_state == KVPoll.WaitingForInput and bool(slot_choices(s))
             and len(s.free_d_pages()) >= _prealloc_need(c, req, 1 if _radix_hit_possible(c, req)
                                                         else 0))
 
@@ -962,20 +1037,21 @@ def _radix_hit_possible(c: Ctx, req: DecodeReq) -> bool:
 
 
 @action("decode", guard=_can_prealloc, choices=_prealloc_choices,
-        arg_names=("prefix", "pages"))
+        arg_names=("prefix", "pages", "slot"), optional_args=1)
 def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """D2 ``pop_preallocated`` (dc 1080/1096/1231/1303/1333): ``_pre_alloc``
     (dc 1755/1811/2060/2166/2237) for D's own ``len(origin_input_ids)``, a D
     metadata slot, then ``send_metadata(pages, slot, decode_prefix_len)``
-    (dc 1518/1566/1742/1805/1863).  From here P may write those pages."""
-    prefix, chosen = arg
+    (dc 1518/1566/1742/1805/1863).  From here P may write those pages.  The
+    slot keeps whatever its rows hold (only a free resets them)."""
+    prefix, chosen = arg[:2]
     req = s.d[r]
-    slot = s.free_d_slot()
+    slot = arg[2] if len(arg) > 2 else slot_choices(s)[0]
     pages = list(s.d_pages)
     for pg in chosen:
         pages[pg] = replace(pages[pg], owner=r)
     slots = list(s.d_slots)
-    slots[slot] = MetaSlot(owner=r, room=0, checksum=slots[slot].checksum)
+    slots[slot] = replace(slots[slot], owner=r)
     s = replace(s, d_pages=tuple(pages), d_slots=tuple(slots))
     s = set_d(s, r, stage=DStage.TRANSFER, pages=tuple(chosen), prefix_pages=prefix,
               meta_slot=slot)
@@ -1014,7 +1090,7 @@ def d_release(c: Ctx, s: State, r: int) -> State:
 def _transferred_ready(c, s, r):
     req = s.d[r]
     return req.stage is DStage.TRANSFER and (
-        bool(s.msgs("status", r)) or req.receiver_state == KVPoll.Failed)
+        bool(room_msgs(c, s, "status", r)) or req.receiver_state == KVPoll.Failed)
 
 
 @action("decode", guard=_transferred_ready)
@@ -1024,7 +1100,7 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     then the waiting queue and the slot freed.  Failed: ``prepare_abort(500)``,
     stream, then release now or hold until the drain ack (§5.5)."""
     req = s.d[r]
-    status = s.msgs("status", r)
+    status = room_msgs(c, s, "status", r)
     if status:
         s = consume(s, status[0])
         poll = status[0].poll if req.receiver_state != KVPoll.Failed else KVPoll.Failed
@@ -1032,7 +1108,7 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
         poll = KVPoll.Failed
     if poll == KVPoll.Success:
         slot = s.d_slots[req.meta_slot]
-        refused = c.release.commit_check(req, slot, room_id(r))
+        refused = c.release.commit_check(req, slot, room_id(c, r))
         if refused is None:
             expected = slot.checksum if (c.release.checksum and c.scenario.decode.kv_checksum) else None
             if c.release.checksum == "suffix" and not c.scenario.layouts_match:
@@ -1043,7 +1119,9 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
             s = replace(s, d_slots=tuple(slots))
             s = set_d(s, r, stage=DStage.WAITING, meta_slot=-1, expected_checksum=expected,
                       has_receiver=False, is_retracted=False, rebootstrap=False)
-            return s, (Event("commit", r, "decode", ()),)
+            # info: the room the commit check compared against, and (history)
+            # the request whose transfer reported the Success
+            return s, (Event("commit", r, "decode", (room_id(c, r), status[0].rid)),)
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=refused,
                   cache_handle=False, session_slot=False)
         return stream_d(s, r, refused.status)
@@ -1064,6 +1142,29 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = set_d(s, r, stage=DStage.HELD, held=holders)
     s, ev2 = resolve_held(c, s, r)
     return s, evs + ev2
+
+
+def _late_status(c, s, r):
+    sc = c.scenario
+    if not sc.shares_rooms or not s.msgs("status", r):
+        return False
+    users = sc.room_users(r)
+    if any(s.d[u].has_receiver for u in users):
+        return False
+    # only a later user of the room could still take it: elsewhere the message
+    # is inert, and leaving it in flight merges states (notes/design.md)
+    return any(s.d[u].stage in (DStage.ABSENT, DStage.DOOR) for u in users)
+
+
+@action("decode", guard=_late_status)
+def d_drop_late_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """Decode's KV manager drops a prefill status for a room it no longer
+    tracks (``apply_prefill_status``: "Dropping late status for cleared room",
+    cc 20:578-583, 23:930-935; 0.5.19 checks ``request_status`` before counting
+    a Success and never resurrects a room with Failed, mc 19:2188-2206,
+    cc 19:365-373).  Once a later request of the room has its receiver, the
+    same message counts as that request's."""
+    return consume(s, s.msgs("status", r)[0]), (Event("status_dropped", r, "decode", ()),)
 
 
 def _d_digest(c: Ctx, s: State, r: int) -> Tuple:
@@ -1198,48 +1299,73 @@ def _all_ranks(c: Ctx) -> Tuple[int, ...]:
 def notify_abort(c: Ctx, s: State, r: int, ranks: Tuple[int, ...], arm: bool) -> State:
     """``receiver.abort`` / ``ensure_abort_notified`` on the given decode ranks:
     each rank not yet notified sends ABORT once (cc 19:1626-1640).  With ``arm``
-    and deferral on, it first registers its drain-ack tracker with a fresh set
-    (``register_deferred_abort_room``; 0.5.22+ under a new generation, which the
-    ABORT carries, cc 22:843-851)."""
+    and deferral on, it first registers the room's drain-ack tracker on that
+    rank with a fresh set (``register_deferred_abort_room``; 0.5.22+ under a new
+    generation, which the ABORT carries, cc 22:843-851)."""
     req = s.d[r]
     new = tuple(k for k in ranks if k not in req.notified)
     if not new:
         return s
-    armed, acked = dict(req.armed), set(req.acked)
     arming = arm and c.deferred
     for k in new:
+        gen = 0
         if arming:
-            armed[k] = (max(armed.values(), default=0) + 1) if c.release.ack_generations else 0
-            acked.discard(k)
-        s = send(s, Msg("abort", r, rank=k, gen=armed[k] if arming else 0))
-    return set_d(s, r, notified=tuple(sorted(set(req.notified) | set(new))),
-                 armed=tuple(sorted(armed.items())), acked=tuple(sorted(acked)))
+            gen = fresh_generation(c, s, r) if c.release.ack_generations else 0
+            s = arm_tracker(c, s, r, k, gen)
+        s = send(s, Msg("abort", r, rank=k, gen=gen))
+    return set_d(s, r, notified=tuple(sorted(set(req.notified) | set(new))))
+
+
+def arm_tracker(c: Ctx, s: State, r: int, rank: int, gen: int) -> State:
+    """``register_deferred_abort_room(room)`` on one decode rank: the room's
+    tracker becomes a fresh set (cc 19:386-389: "a fresh set wipes stale acks
+    from a prior request that reused this bootstrap_room"), owned by r."""
+    t = d_room_of(c, s, r)
+    armed = tuple(sorted([a for a in t.armed if a[0] != rank] + [(rank, gen, r)]))
+    return set_d_room(c, s, r, armed=armed, acked=tuple(a for a in t.acked if a[0] != rank))
+
+
+def fresh_generation(c: Ctx, s: State, r: int) -> int:
+    """A generation no ABORT, target, tracker or ack of r's room carries yet:
+    decode's counter is global and only grows (cc 22:845)."""
+    used = [a[1] for a in d_room_of(c, s, r).armed]
+    used += [t[1] for t in room_of(c, s, r).ack_to]
+    used += [m.gen for m in s.net if m.kind in ("abort", "ack")
+             and c.scenario.room_slot(m.rid) == c.scenario.room_slot(r)]
+    return max(used, default=0) + 1
 
 
 def resolve_held(c: Ctx, s: State, r: int) -> Effect:
     """``resolve_deferred_releases`` (dc 19:2405-2436 ... 23:3046-3090): a rank
-    whose tracker has an ack releases its hold.  Up to 0.5.22 each rank decides
-    alone; 0.5.23 MIN-reduces readiness, so the ranks release together.  The
-    pool is one picture of every rank's pool in lockstep: its pages free when
-    the last rank lets go (the ranks in between have diverged)."""
+    whose tracker for the room has an ack releases its hold
+    (``is_abort_release_safe(room)``: the tracker is the room's, whoever armed
+    it).  Up to 0.5.22 each rank decides alone; 0.5.23 MIN-reduces readiness,
+    so the ranks release together.  The pool is one picture of every rank's
+    pool in lockstep: its pages free when the last rank lets go (the ranks in
+    between have diverged)."""
     req = s.d[r]
     if req.stage is not DStage.HELD:
         return s, ()
-    ready = tuple(k for k in req.held if k in req.acked)
+    acks = dict(d_room_of(c, s, r).acked)
+    ready = tuple(k for k in req.held if k in acks)
     if not ready or (c.release.release_reduced and len(ready) < len(req.held)):
         return s, ()
+    # history: whose ABORT the acks that free this hold answered
+    evs = (Event("ack_release", r, "decode", tuple(sorted({acks[k] for k in ready}))),)
     held = tuple(k for k in req.held if k not in ready)
     if held:
-        return set_d(s, r, held=held), (Event("rank_release", r, "decode", ready),)
-    return do_release(c, s, r, on_ack=True)
+        return set_d(s, r, held=held), evs + (Event("rank_release", r, "decode", ready),)
+    s, ev2 = do_release(c, s, r, on_ack=True)
+    return s, evs + ev2
 
 
 def do_release(c: Ctx, s: State, r: int, on_ack: bool) -> Effect:
     """``_do_release`` (dc 2390/2477/2791/2909/3018): the held pages and slot are
-    freed on every rank still holding, and ``clear_deferred_abort_state``
-    drops the drain-ack tracker."""
-    s = set_d(d_release(c, s, r), r, stage=DStage.GONE, held=(), armed=(), acked=(),
+    freed on every rank still holding, and ``clear_deferred_abort_state(room)``
+    pops the room's drain-ack tracker, whoever armed it."""
+    s = set_d(d_release(c, s, r), r, stage=DStage.GONE, held=(),
               released_on_ack=on_ack, cache_handle=False, session_slot=False)
+    s = set_d_room(c, s, r, armed=(), acked=())
     return s, (Event("release", r, "decode", ("kv", True)),)
 
 
@@ -1308,7 +1434,8 @@ def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
             return notify_abort(c, s, r, _all_ranks(c), arm=published), ()
         s = notify_abort(c, s, r, _all_ranks(c), arm=False)
         if published and c.deferred:  # sch 19:5067-5085: arm after send, a fresh set
-            s = set_d(s, r, armed=tuple((k, 0) for k in s.d[r].notified), acked=())
+            for k in s.d[r].notified:
+                s = arm_tracker(c, s, r, k, 0)
         return s, ()
     if req.stage is DStage.WAITING:
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=c.abort_status,
@@ -1327,7 +1454,7 @@ def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
 def _bootstrapping_sender(c, s, r):
     req = s.p[r]
     return (req.has_sender and req.stage is not PStage.GONE
-            and s.rooms[r].status == KVPoll.Bootstrapping and s.rooms[r].concluded is None)
+            and room_of(c, s, r).status == KVPoll.Bootstrapping and req.concluded is None)
 
 
 @action("prefill", guard=_bootstrapping_sender, event="timeouts")
@@ -1335,13 +1462,13 @@ def p_bootstrap_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`` (300 s, env 19:656): a sender
     still Bootstrapping records a failure and goes Failed."""
     s = update_status(c, s, r, KVPoll.Failed)
-    return set_room(s, r, failure_record=True), ()
+    return set_room(c, s, r, failure_record=True), ()
 
 
 def _d_waiting_too_long(c, s, r):
     req = s.d[r]
     return (req.stage is DStage.TRANSFER and req.receiver_state == KVPoll.WaitingForInput
-            and not s.msgs("status", r))
+            and not room_msgs(c, s, "status", r))
 
 
 def _waiting_timeout_ranks(c, s, r):
@@ -1370,21 +1497,27 @@ def _ack_ranks(c, s, r):
 
 @action("decode", guard=_ack_arrived, choices=_ack_ranks, arg_names=RANK_ARG)
 def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """ABORT_ACK on one decode rank (``note_abort_ack``, cc 19:391-396; 0.5.22+
-    ``handle_abort_ack_message``, cc 22:853-876): counted only if that rank's
-    tracker is armed and, from 0.5.22, for the generation it armed; a held entry
-    is then released (``resolve_deferred_releases`` -> ``_do_release``)."""
+    """An ABORT_ACK answering request r's ABORT reaches one decode rank
+    (``note_abort_ack(room)``, cc 19:391-396; 0.5.22+ ``handle_abort_ack_message``,
+    cc 22:853-876): counted by the room's tracker on that rank if it is armed
+    and, from 0.5.22, for the generation it armed; every held request of the
+    room then re-checks (``resolve_deferred_releases`` -> ``_do_release``)."""
     k = rank_of(arg)
     msg = next(m for m in s.msgs("ack", r) if m.rank == k)
     s = consume(s, msg)
-    req = s.d[r]
-    armed = dict(req.armed)
+    t = d_room_of(c, s, r)
+    armed = {rank: gen for rank, gen, _ in t.armed}
     counted = k in armed and (not c.release.ack_generations
                               or (msg.gen != 0 and armed[k] == msg.gen))
     if not counted:
         return s, (Event("ack_dropped", r, "decode", (k,)),)
-    s = set_d(s, r, acked=tuple(sorted(set(req.acked) | {k})))
-    return resolve_held(c, s, r)
+    if k not in t.acked_ranks():
+        s = set_d_room(c, s, r, acked=tuple(sorted(t.acked + ((k, r),))))
+    evs: Tuple[Event, ...] = ()
+    for u in c.scenario.room_users(r):
+        s, ev = resolve_held(c, s, u)
+        evs += ev
+    return s, evs
 
 
 def _held(c, s, r):
@@ -1407,7 +1540,9 @@ def initial_state(sc: Scenario) -> State:
     return State(
         p=tuple(PrefillReq() for _ in range(n)),
         d=tuple(DecodeReq() for _ in range(n)),
-        rooms=tuple(Room() for _ in range(n)),
+        rooms=tuple(Room() for _ in range(n)),  # keyed by room slot
+        d_rooms=tuple(DRoom() for _ in range(n)),
+        room_slots=tuple(sc.room_slot(r) for r in range(n)) if sc.shares_rooms else (),
         d_pages=tuple(Page() for _ in range(sc.decode.pool_pages)),
         d_slots=tuple(MetaSlot() for _ in range(sc.decode.metadata_buffers)),
         aborted_by_client=tuple(False for _ in range(n)),

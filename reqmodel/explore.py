@@ -94,14 +94,18 @@ class _Interner:
         slots = t.setdefault(s.d_slots, s.d_slots)
         net = t.setdefault(s.net, s.net)
         return State(p=p, d=d, rooms=rooms, d_pages=pages, d_slots=slots, net=net,
-                     aborted_by_client=t.setdefault(s.aborted_by_client, s.aborted_by_client))
+                     aborted_by_client=t.setdefault(s.aborted_by_client, s.aborted_by_client),
+                     d_rooms=t.setdefault(s.d_rooms, s.d_rooms), room_slots=s.room_slots)
 
 
 def symmetry_classes(sc: Scenario) -> Tuple[Tuple, ...]:
     """Requests permute only when nothing in the scenario tells them apart:
     the same prompt length and the same events (an abort allowed on request 0
     only makes request 0 different from an equal request 1)."""
-    return tuple((pages, tuple(sc.events.on(e, r) for e in EVENT_NAMES))
+    # a request that shares its room is told apart by its place in the room's
+    # order of use (the later user starts only after the earlier one)
+    return tuple((pages, tuple(sc.events.on(e, r) for e in EVENT_NAMES),
+                  r if len(sc.room_users(r)) > 1 else -1)
                  for r, pages in enumerate(sc.prompt_pages))
 
 

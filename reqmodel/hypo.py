@@ -40,7 +40,8 @@ from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,
 from hypothesis.strategies._internal.featureflags import FeatureFlags
 
 from .actions import ACTIONS, BY_NAME, Ctx, Step, apply, initial_state, successors
-from .explore import Trace, Verdict, replay
+from .explore import Trace, Verdict, replay, symmetry_classes
+from .symmetry import canonical
 from .properties import Property
 from .releases import Release
 from .scenario import EVENT_NAMES, Events, Scenario, Worker
@@ -416,7 +417,7 @@ def breaks(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Optional[int]:
 # the tail search looks this many steps deep, within this many states
 TAIL_DEPTH = 6
 TAIL_BUDGET = 20_000
-START_BUDGET = 5_000  # states: about half a second of breadth-first search
+START_BUDGET = 20_000  # canonical states: two seconds of breadth-first search
 
 
 def minimise(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Tuple[Step, ...]:
@@ -461,19 +462,24 @@ def shorten_tail(ctx: Ctx, prop: Property, steps: Sequence[Step],
 def _shortest_hit(ctx: Ctx, prop: Property, s0, max_len: int,
                   budget: int) -> Optional[Tuple[Step, ...]]:
     """Breadth-first: the shortest steps from ``s0`` (at most ``max_len``)
-    that hit ``prop``; None if there are none or the budget runs out."""
+    that hit ``prop``; None if there are none or the budget runs out.  States
+    are told apart up to symmetry, as in the exhaustive checker (the paths
+    stay concrete: each is extended from a real state)."""
+    classes = symmetry_classes(ctx.scenario)
+    ranks = ctx.scenario.decode.ranks
     frontier = [(s0, ())]
-    seen = {s0}
+    seen = {canonical(s0, classes, ranks)}
     for _ in range(max_len):
         nxt_frontier = []
         for s, path in frontier:
             for step, nxt, evs in successors(ctx, s, MAX_CHOICES):
                 if prop.hit(s, step, evs, nxt):
                     return path + (step,)
-                if nxt not in seen:
+                key = canonical(nxt, classes, ranks)
+                if key not in seen:
                     if len(seen) >= budget:
                         return None
-                    seen.add(nxt)
+                    seen.add(key)
                     nxt_frontier.append((nxt, path + (step,)))
         frontier = nxt_frontier
     return None
@@ -557,7 +563,8 @@ def _trace(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Trace:
 def scenarios(max_requests: int = 6, max_prompt: int = 8, max_pool: int = 12,
               events: bool = True, max_ranks: int = 4) -> st.SearchStrategy:
     """Scenarios beyond the exhaustive checker's bounds: more requests, longer
-    prompts, bigger pools, more decode ranks, every option and event."""
+    prompts, bigger pools, more decode ranks, shared bootstrap rooms, every
+    option and event."""
     @st.composite
     def draw(d):
         n = d(st.integers(1, max_requests))
@@ -576,12 +583,17 @@ def scenarios(max_requests: int = 6, max_prompt: int = 8, max_pool: int = 12,
         prefill, decode = worker("prefill"), worker("decode")
         ev = Events(**{k: (tuple(sorted(d(st.sets(st.integers(0, n - 1))))) if events else ())
                        for k in EVENT_NAMES})
+        # half the scenarios give every request its own room; the others let
+        # the client reuse rooms (requests with equal labels share one)
+        rooms = d(st.one_of(st.just(()), st.lists(st.integers(1, n), min_size=n, max_size=n)))
         return Scenario(
             name=f"drawn-{n}", prompt_pages=prompts, prefill=prefill, decode=decode,
             optimistic_prefill_attempts=d(st.integers(0, 2)),
             deferred_release=d(st.sampled_from([None, True, False])),
             layouts_match=d(st.booleans()), sessions=d(st.booleans()),
-            events=ev, description="drawn by reqmodel.hypo.scenarios()")
+            events=ev, bootstrap_rooms=tuple(rooms),
+            reuse_room_after=d(st.sampled_from(["both", "decode"])),
+            description="drawn by reqmodel.hypo.scenarios()")
     return draw()
 
 

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Tuple
 
 import attrs
 
-from .actions import BY_NAME, RANK_ARG, Step
+from .actions import BY_NAME, Step
 from .scenario import Scenario
 from .state import State
 
@@ -110,12 +110,14 @@ def scenario_config(sc: Scenario) -> Dict[str, Any]:
     return {
         "name": sc.name, "description": sc.description,
         "prompt_pages": list(sc.prompt_pages),
+        **({"bootstrap_rooms": list(sc.bootstrap_rooms)} if sc.bootstrap_rooms else {}),
         "prefill": worker(sc.prefill, "prefill"), "decode": worker(sc.decode, "decode"),
         "options": {
             "optimistic_prefill_attempts": sc.optimistic_prefill_attempts,
             "deferred_release": "default" if sc.deferred_release is None else sc.deferred_release,
             "layouts_match": sc.layouts_match, "sessions": sc.sessions,
             "hybrid_mamba": sc.hybrid_mamba, "result_timing": sc.result_timing,
+            "reuse_room_after": sc.reuse_room_after,
         },
         "events": ev,
     }
@@ -199,9 +201,11 @@ def read(path) -> Tuple[Dict[str, Any], Tuple[Step, ...]]:
         params = m.get("params", {})
         if not isinstance(params, dict) or "rid" not in params:
             raise TraceFileError(f"{path}: state {i}: action {name} has no 'rid' parameter")
-        names = BY_NAME[name].arg_names
-        if names == RANK_ARG and "rank" not in params:
-            names = ()  # a one-rank scenario's steps name no decode rank
+        action = BY_NAME[name]
+        names = action.arg_names
+        while (len(names) > len(action.arg_names) - action.optional_args
+               and names[-1] not in params):
+            names = names[:-1]  # e.g. a one-rank scenario's steps name no decode rank
         unknown = set(params) - {"rid", *names}
         if unknown:
             raise TraceFileError(f"{path}: state {i}: action {name}: unknown parameter "

@@ -18,7 +18,7 @@ from typing import Callable, Dict, Optional, Tuple
 import attrs
 
 from . import guards as g
-from .actions import Ctx, Event, Step, room_id
+from .actions import Ctx, Event, Step
 from .releases import Release
 from .scenario import Scenario
 from .state import DStage, KVPoll, PStage, State
@@ -226,7 +226,7 @@ def _commits_own_metadata(pre, step, evs, post) -> bool:
     for e in _events(evs, "commit"):
         req = pre.d[e.rid]
         slot = pre.d_slots[req.meta_slot]
-        if slot.room != room_id(e.rid) or slot.covered_pages < req.reserved_pages:
+        if slot.room != e.info[0] or slot.covered_pages < req.reserved_pages:
             return False
     return True
 
@@ -237,14 +237,41 @@ prop(
     transition=_commits_own_metadata,
 )
 
+def _commits_on_own_transfer(pre, step, evs, post) -> bool:
+    return all(e.info[1] == e.rid for e in _events(evs, "commit"))
+
+
+prop(
+    name="commit-after-all-ranks", kind="always", ref="#3",
+    text="Decode commits a transfer only once every prefill rank has reported Success for that "
+         "request's own transfer (the model has one prefill rank; a Success left over from an "
+         "earlier request of the same bootstrap_room does not count).",
+    transition=_commits_on_own_transfer,
+)
+
+
+def _acks_release_their_own_hold(pre, step, evs, post) -> bool:
+    return all(e.info == (e.rid,) for e in _events(evs, "ack_release"))
+
+
+prop(
+    name="ack-belongs-to-its-hold", kind="always", ref="#3",
+    text="A held decode request lets its pages go on drain acks only when each ack answers its "
+         "own ABORT, not that of another request that used the same bootstrap_room.",
+    transition=_acks_release_their_own_hold,
+)
+
+
 def _drain_acks_reach_holders(s: State) -> bool:
     for r, d in enumerate(s.d):
-        if d.stage is not DStage.HELD or s.rooms[r].poisoned or s.msgs("chunk", r):
+        slot = s.room_slot(r)
+        if d.stage is not DStage.HELD or s.rooms[slot].poisoned or s.room_msgs("chunk", r):
             continue  # not held, or prefill cannot (yet) vouch for the drain
         for k in d.held:
-            if k in d.acked:
+            if k in s.d_rooms[slot].acked_ranks():
                 continue
-            pending = any(m.rid == r and m.rank == k and m.kind in ("abort", "ack") for m in s.net)
+            pending = any(m.rank == k and ((m.kind == "abort" and m.rid == r) or (
+                m.kind == "ack" and s.room_slot(m.rid) == slot)) for m in s.net)
             if not pending:  # P has handled k's ABORT, the room drained, no ack is coming
                 return False
     return True
@@ -258,14 +285,15 @@ prop(
 )
 
 def _room_state_released(s: State) -> bool:
-    for r, (p, d) in enumerate(zip(s.p, s.d)):
-        if p.stage is not PStage.GONE or d.stage is not DStage.GONE:
-            continue
-        if any(m.rid == r for m in s.net):
+    for slot in sorted({s.room_slot(r) for r in range(len(s.p))}):
+        users = [r for r in range(len(s.p)) if s.room_slot(r) == slot]
+        if any(s.p[r].stage is not PStage.GONE or s.d[r].stage is not DStage.GONE for r in users):
+            continue  # the room is (or will be) in use
+        if any(s.room_slot(m.rid) == slot for m in s.net):
             continue  # the room is still in use on the wire
-        room = s.rooms[r]
+        room = s.rooms[slot]
         if (room.status is not None or room.dst is not None or room.failure_record
-                or room.ack_to or room.poisoned or d.armed):
+                or room.ack_to or room.poisoned or s.d_rooms[slot].armed):
             return False
     return True
 

@@ -94,6 +94,8 @@ def changes(old: State, new: State) -> List[str]:
         out += _field_changes(f"r{r}.D", a, b)
     for r, (a, b) in enumerate(zip(old.rooms, new.rooms)):
         out += _field_changes(f"room{r + 1}", a, b)
+    for r, (a, b) in enumerate(zip(old.d_rooms, new.d_rooms)):
+        out += _field_changes(f"room{r + 1}.D tracker", a, b)
     for i, (a, b) in enumerate(zip(old.d_pages, new.d_pages)):
         if a != b:
             parts = []
@@ -140,7 +142,17 @@ def event_text(e: Event) -> str:
     if e.kind == "write":
         return f"transfer writes D pages {fmt(e.info)}"
     if e.kind == "commit":
+        if e.info and len(e.info) > 1 and e.info[1] != e.rid:
+            return f"decode commits on the Success report of r{e.info[1]}'s transfer"
         return "decode commits the transfer"
+    if e.kind == "ack_release":
+        others = [o for o in e.info if o != e.rid]
+        if others:
+            return ("the hold ends on a drain ack that answers "
+                    + ", ".join(f"r{o}" for o in others) + "'s ABORT")
+        return "the hold ends on its own drain ack"
+    if e.kind == "status_dropped":
+        return "decode drops a late status report (no receiver has the room)"
     if e.kind == "ack_dropped":
         return f"decode rank {e.info[0]} DROPS the ack (its tracker is not armed for it)"
     if e.kind == "rank_release":

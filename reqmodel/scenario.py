@@ -101,23 +101,56 @@ class Scenario:
     result_timing: str = "loop"
     events: Events = Events()
     description: str = ""
+    # bootstrap_room label of each request; requests with the same label share
+    # one room (the client chose it and reuses it).  () = every request its own
+    bootstrap_rooms: Tuple[int, ...] = ()
+    # when the client sends the next request of a shared room: once the
+    # previous one has its answer from "both" workers (a router that gathers
+    # both responses), or from "decode" alone (the client stops waiting once
+    # the generated text is in)
+    reuse_room_after: str = "both"
 
     @property
     def n(self) -> int:
         return len(self.prompt_pages)
+
+    def room_slot(self, r: int) -> int:
+        """The index the model keys request r's room by: the first request
+        that uses the same ``bootstrap_room``."""
+        if not self.bootstrap_rooms:
+            return r
+        return self.bootstrap_rooms.index(self.bootstrap_rooms[r])
+
+    def room_id(self, r: int) -> int:
+        """Request r's ``bootstrap_room`` value (0 means "not ready" on decode)."""
+        return self.room_slot(r) + 1
+
+    def room_users(self, r: int) -> Tuple[int, ...]:
+        """Every request that uses request r's room, in arrival order."""
+        slot = self.room_slot(r)
+        return tuple(i for i in range(self.n) if self.room_slot(i) == slot)
+
+    def previous_user(self, r: int) -> Optional[int]:
+        """The request that used r's room just before r, if any."""
+        earlier = [i for i in self.room_users(r) if i < r]
+        return earlier[-1] if earlier else None
+
+    @property
+    def shares_rooms(self) -> bool:
+        return len(set(self.bootstrap_rooms)) < len(self.bootstrap_rooms)
 
     def chunk(self) -> int:
         c = self.prefill.chunk_pages
         return c if c > 0 else max(self.prompt_pages)
 
 
-_TOP = {"name", "description", "prompt_pages", "prefill", "decode", "options", "events"}
+_TOP = {"name", "description", "prompt_pages", "bootstrap_rooms", "prefill", "decode", "options", "events"}
 _PREFILL = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
             "metadata_buffers", "chunk_pages"}
 _DECODE = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
            "metadata_buffers", "radix_cache", "ranks"}
 _OPTIONS = {"optimistic_prefill_attempts", "deferred_release", "layouts_match",
-            "sessions", "hybrid_mamba", "result_timing"}
+            "sessions", "hybrid_mamba", "result_timing", "reuse_room_after"}
 EVENT_NAMES = tuple(f.name for f in attrs.fields(Events))
 _EVENTS = set(EVENT_NAMES)
 
@@ -195,6 +228,12 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
             f"to {bounds.requests} on this machine")
     if not all(1 <= p <= bounds.prompt_pages for p in prompts):
         raise ScenarioError(f"every prompt must be 1..{bounds.prompt_pages} pages for {bounds.purpose}")
+    rooms = data.get("bootstrap_rooms", [])
+    if (not isinstance(rooms, list)
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in rooms)):
+        raise ScenarioError("bootstrap_rooms must be a list of positive integers")
+    if rooms and len(rooms) != len(prompts):
+        raise ScenarioError(f"bootstrap_rooms has {len(rooms)} entries for {len(prompts)} requests")
     for section in ("prefill", "decode"):
         if section not in data:
             raise ScenarioError(f"[{section}] table is required")
@@ -216,6 +255,10 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
     timing = _get("options.", options, "result_timing", str, "loop")
     if timing not in ("loop", "any"):
         raise ScenarioError(f'options.result_timing must be "loop" or "any", got {timing!r}')
+    reuse_after = _get("options.", options, "reuse_room_after", str, "both")
+    if reuse_after not in ("both", "decode"):
+        raise ScenarioError(
+            f'options.reuse_room_after must be "both" or "decode", got {reuse_after!r}')
     events = data.get("events", {})
     if not isinstance(events, dict):
         raise ScenarioError("[events] must be a table")
@@ -234,6 +277,8 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
         hybrid_mamba=_get("options.", options, "hybrid_mamba", bool, False),
         result_timing=timing,
         events=ev,
+        bootstrap_rooms=tuple(rooms),
+        reuse_room_after=reuse_after,
     )
     weight = sum(p + 3 for p in sc.prompt_pages) + sum(
         2 * len(targets) for targets in attrs.astuple(ev, recurse=False)) + (

@@ -94,6 +94,7 @@ class PrefillReq:
     holds_metadata: bool = False  # metadata_buffer_index >= 0
     pending_bootstrap: bool = False
     has_sender: bool = False  # disagg_kv_sender is not None
+    concluded: Optional[KVPoll] = None  # the sender's latched conclude_state
     send_pages: int = -1  # pages announced by sender.init(num_pages, idx); -1: not inited
     extend_end: int = 0  # pages forwarded so far
     results_due: Tuple[int, ...] = ()  # chunk ends whose overlapped results are pending
@@ -144,10 +145,6 @@ class DecodeReq:
     # and KV manager; scheduling decisions are the same on every rank because
     # polls are MIN-reduced, poll_and_all_reduce dc 19:890)
     notified: Tuple[int, ...] = ()  # ranks whose receiver sent ABORT (abort_notified)
-    # (rank, generation) of each registered drain-ack tracker; generation 0
-    # before 0.5.22, which has none
-    armed: Tuple[Tuple[int, int], ...] = ()
-    acked: Tuple[int, ...] = ()  # ranks whose tracker counted prefill's ack
     held: Tuple[int, ...] = ()  # ranks still holding the pages in deferred release
     released_on_ack: bool = False  # history: a hold ended on every rank's drain ack
     client_aborted: bool = False  # this worker has handled the client's abort
@@ -191,12 +188,29 @@ class Room:
     dst_slot: int = -1  # D metadata slot published with the destinations
     prefix: int = 0  # req_to_decode_prefix_len[room]
     failure_record: bool = False  # failure_records[room]
-    concluded: Optional[KVPoll] = None  # sender's latched conclude_state
-    # _deferred_ack_targets[room]: (decode rank, generation) pairs that get an
-    # ABORT_ACK once the room drains (0.5.21 also fans out to peers)
-    ack_to: Tuple[Tuple[int, int], ...] = ()
+    # _deferred_ack_targets[room]: (decode rank, generation, origin) triples that
+    # get an ABORT_ACK once the room drains (0.5.21 also fans out to peers);
+    # origin is a history variable: the decode request whose ABORT registered it
+    ack_to: Tuple[Tuple[int, int, int], ...] = ()
     peers: Tuple[int, ...] = ()  # decode ranks in transfer_infos[room]
     poisoned: bool = False  # _deferred_ack_poisoned_rooms (0.5.22+): never acks
+
+
+@attrs.frozen(cache_hash=True)
+class DRoom:
+    """Decode's drain-ack tracker for one ``bootstrap_room``, per decode rank
+    (``_deferred_abort_ack_tracker[room]``, cc 19:386-406, 22:843-886): keyed
+    by room, not by request, so a later request of the room re-arms it."""
+
+    # (rank, generation, armer) of each armed tracker; generation 0 before
+    # 0.5.22, which has none; armer (history) is the request that armed it
+    armed: Tuple[Tuple[int, int, int], ...] = ()
+    # (rank, origin) of each counted ack; origin (history) is the decode
+    # request whose ABORT the ack answers
+    acked: Tuple[Tuple[int, int], ...] = ()
+
+    def acked_ranks(self) -> Tuple[int, ...]:
+        return tuple(k for k, _ in self.acked)
 
 
 @attrs.frozen(cache_hash=True)
@@ -256,6 +270,11 @@ class State:
     d_slots: Tuple[MetaSlot, ...]
     net: Tuple[Msg, ...] = ()  # ordered: chunks of a room are processed FIFO
     aborted_by_client: Tuple[bool, ...] = ()
+    d_rooms: Tuple[DRoom, ...] = ()  # decode's per-room trackers, keyed like rooms
+    # constant: the room slot of each request when some share a bootstrap_room
+    # (the first request using it), () when each has its own; properties read
+    # the room of a request through it, as the actions do through the scenario
+    room_slots: Tuple[int, ...] = ()
 
     # -- small derived views used by guards ---------------------------------
     def p_pages_used(self) -> int:
@@ -267,14 +286,19 @@ class State:
     def free_d_pages(self) -> Tuple[int, ...]:
         return tuple(i for i, pg in enumerate(self.d_pages) if pg.owner is None)
 
-    def free_d_slot(self) -> int:
-        for i, s in enumerate(self.d_slots):
-            if s.owner is None:
-                return i
-        return -1
-
     def msgs(self, kind: str, rid: int) -> Tuple[Msg, ...]:
         return tuple(m for m in self.net if m.kind == kind and m.rid == rid)
+
+    def room_slot(self, rid: int) -> int:
+        return self.room_slots[rid] if self.room_slots else rid
+
+    def room_msgs(self, kind: str, rid: int) -> Tuple[Msg, ...]:
+        """Messages of one kind on request rid's room, whichever request of the
+        room put them there, oldest first (the wire names the room)."""
+        if not self.room_slots:
+            return self.msgs(kind, rid)
+        k = self.room_slots[rid]
+        return tuple(m for m in self.net if m.kind == kind and self.room_slots[m.rid] == k)
 
 
 _FIELDS: Dict[type, Tuple[str, ...]] = {}

@@ -10,6 +10,10 @@ Three identities are interchangeable in the model:
 * decode ranks: every action treats the ranks alike, and every property
   quantifies over all of them.
 
+Requests that share a ``bootstrap_room`` are each in a class of their own
+(``explore.symmetry_classes``), so a permutation never moves them, and the
+rooms, keyed by their first user, move with the requests that own them.
+
 ``canonical(s)`` applies a permutation of each kind chosen from the state's
 own content, so it maps a state to an isomorphic state; every state the
 checker stores is a real state of the model, and properties (symmetric by
@@ -25,6 +29,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import attrs
 
 from .state import D_TO_P, Msg, Page, State, replace
+
+RANKED = D_TO_P + ("ack",)  # messages whose rank field names a decode rank
 
 
 def _rename_rid(x, pi: Sequence[int]):
@@ -46,12 +52,16 @@ def _request_signature(s: State, r: int) -> Tuple:
         (s.d_pages[p].owner == r, s.d_pages[p].writer == r) for p in room.dst)
     msgs = tuple((m.kind, m.pages if m.kind == "chunk" else len(m.pages), m.last,
                   m.poll, m.rank, m.gen) for m in s.net if m.rid == r)
+    tracker = s.d_rooms[r] if s.d_rooms else None
     return (
         attrs.astuple(s.p[r], recurse=False),
         replace(d, pages=(), meta_slot=-1 if d.meta_slot < 0 else 0,
                      expected_checksum=_rename_checksum(d.expected_checksum, [0] * len(s.p))),
         pages,
-        replace(room, dst=None, dst_slot=-1 if room.dst_slot < 0 else 0),
+        replace(room, dst=None, dst_slot=-1 if room.dst_slot < 0 else 0,
+                ack_to=tuple((k, g, o == r) for k, g, o in room.ack_to)),
+        None if tracker is None else (tuple((k, g, a == r) for k, g, a in tracker.armed),
+                                      tuple((k, o == r) for k, o in tracker.acked)),
         dst, msgs, s.aborted_by_client[r],
     )
 
@@ -88,13 +98,14 @@ def permute_ranks(s: State, perm: Sequence[int]) -> State:
     def ks(xs):
         return tuple(sorted(perm[k] for k in xs))
 
-    def pairs(xs):
-        return tuple(sorted((perm[k], g) for k, g in xs))
-    d = tuple(replace(x, notified=ks(x.notified), armed=pairs(x.armed), acked=ks(x.acked),
-                      held=ks(x.held)) for x in s.d)
-    rooms = tuple(replace(rm, ack_to=pairs(rm.ack_to), peers=ks(rm.peers)) for rm in s.rooms)
-    net = tuple(sorted((replace(m, rank=perm[m.rank]) for m in s.net), key=_msg_order))
-    return replace(s, d=d, rooms=rooms, net=net)
+    def first(xs):
+        return tuple(sorted((perm[x[0]],) + tuple(x[1:]) for x in xs))
+    d = tuple(replace(x, notified=ks(x.notified), held=ks(x.held)) for x in s.d)
+    rooms = tuple(replace(rm, ack_to=first(rm.ack_to), peers=ks(rm.peers)) for rm in s.rooms)
+    d_rooms = tuple(replace(t, armed=first(t.armed), acked=first(t.acked)) for t in s.d_rooms)
+    net = tuple(sorted((replace(m, rank=perm[m.rank]) if m.kind in RANKED else m for m in s.net),
+                       key=_msg_order(s)))
+    return replace(s, d=d, rooms=rooms, net=net, d_rooms=d_rooms)
 
 
 def _canonical(s: State, classes: Tuple) -> State:
@@ -196,20 +207,27 @@ def _permute_requests(s: State, pi: List[int]) -> State:
         s.d[inv[i]].expected_checksum, pi)) for i in range(n))
     pages = tuple(Page(owner=_rename_rid(pg.owner, pi), writer=_rename_rid(pg.writer, pi))
                   for pg in s.d_pages)
-    slots = tuple(replace(sl, owner=_rename_rid(sl.owner, pi),
-                               room=0 if sl.room == 0 else pi[sl.room - 1] + 1,
-                               checksum=_rename_checksum(sl.checksum, pi)) for sl in s.d_slots)
+    meta = tuple(replace(sl, owner=_rename_rid(sl.owner, pi),
+                              room=0 if sl.room == 0 else pi[sl.room - 1] + 1,
+                              checksum=_rename_checksum(sl.checksum, pi)) for sl in s.d_slots)
     net = tuple(sorted((replace(m, rid=pi[m.rid]) for m in s.net),
-                       key=_msg_order))
-    # stable sort by rid keeps each room's chunk order; re-sort is canonical
+                       key=_msg_order(s)))
+    # stable sort by room keeps each channel's order; re-sort is canonical
+    rooms = tuple(replace(rm, ack_to=tuple(sorted((k, g, pi[o]) for k, g, o in rm.ack_to)))
+                  for rm in (s.rooms[inv[i]] for i in range(n)))
+    d_rooms = tuple(replace(t, armed=tuple(sorted((k, g, pi[a]) for k, g, a in t.armed)),
+                            acked=tuple(sorted((k, pi[o]) for k, o in t.acked)))
+                    for t in (s.d_rooms[inv[i]] for i in range(len(s.d_rooms))))
     return State(
         p=tuple(s.p[inv[i]] for i in range(n)),
         d=d,
-        rooms=tuple(s.rooms[inv[i]] for i in range(n)),
+        rooms=rooms,
         d_pages=pages,
-        d_slots=slots,
+        d_slots=meta,
         net=net,
         aborted_by_client=tuple(s.aborted_by_client[inv[i]] for i in range(n)),
+        d_rooms=d_rooms,
+        room_slots=s.room_slots,
     )
 
 
@@ -232,15 +250,19 @@ def _relabel(s: State, page_map: Dict[int, int], slot_map: Dict[int, int]) -> St
     return replace(s, d=d, rooms=rooms, d_pages=tuple(pages), d_slots=tuple(slots), net=net)
 
 
-def _msg_order(m: Msg):
-    # stable sort: keeps the order inside a FIFO channel (decode->prefill per
-    # decode rank: metadata and abort; the transfer queue: chunks), orders
-    # channels and rooms
-    channel = "d2p" if m.kind in D_TO_P else m.kind
-    return (m.rid, channel, m.rank)
+def _msg_order(s: State):
+    """The sort key of a message of ``s``: its channel.  A stable sort keeps
+    the order inside a FIFO channel (decode->prefill per room and decode rank:
+    metadata and abort; a room's transfer queue: chunks; a room's status
+    reports and acks) and orders the channels.  Requests that share a room
+    share its channels (``State.room_slots`` is fixed by every permutation)."""
+    def key(m: Msg):
+        channel = "d2p" if m.kind in D_TO_P else m.kind
+        return (s.room_slot(m.rid), channel, m.rank)
+    return key
 
 
 def canonical_net_order(s: State) -> State:
     """Messages of different channels commute; keep each channel's order."""
-    net = tuple(sorted(s.net, key=_msg_order))
+    net = tuple(sorted(s.net, key=_msg_order(s)))
     return s if net == s.net else replace(s, net=net)

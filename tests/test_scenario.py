@@ -130,3 +130,12 @@ def test_sampled_bounds_for_the_hypothesis_engine_and_replay():
     assert sc.chunk() == 20  # unchunked: the longest prompt goes in one chunk
     with pytest.raises(ScenarioError, match="bounded to 16"):
         scenario.from_dict({**data, "prompt_pages": [1] * 17}, bounds=scenario.SAMPLED)
+
+
+def test_the_readme_scenario_example_loads():
+    import pathlib
+    import tomllib
+    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    block = readme.split("```toml\n")[1].split("```")[0]
+    sc = scenario.from_dict(tomllib.loads(block))
+    assert sc.shares_rooms and sc.reuse_room_after == "both"

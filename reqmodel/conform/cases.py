@@ -98,7 +98,6 @@ def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
                               retraction_backup=False, pending_bootstrap=pre.pending_bootstrap,
                               sender=pre.has_sender),
                   "buffers": sc.prefill.metadata_buffers}
-        room_pre, room_post = s.rooms[r], nxt.rooms[r]
         if end < pre.origin_pages:  # a middle chunk
             still = pre.stage is PStage.CHUNKED or pre.origin_pages in rest
             inputs.update(middle_chunks=pre.inflight_middle_chunks, still_chunking=still,
@@ -116,19 +115,20 @@ def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
             expect = {"cached": count("release", "cache")}
         return inputs, dict(
             expect, inflight=post.stage is PStage.INFLIGHT, sent=count("send"),
-            sender_aborted=int(room_post.concluded != room_pre.concluded
-                               and room_post.concluded is KVPoll.Failed),
+            sender_aborted=int(post.concluded != pre.concluded
+                               and post.concluded is KVPoll.Failed),
             kv_released=count("release", "kv"), buffer_freed=_freed(pre, post),
             streamed=streamed, to_finish=kind(post.to_finish),
             finished_reason=kind(post.finished_reason))
     if name == "p_inflight":
         pre, post = s.p[r], nxt.p[r]
-        poll = actions.sender_poll(s, r)
+        poll = actions.sender_poll(ctx, s, r)
         parked_ok = (KVPoll.WaitingForInput, KVPoll.Failed)
         if (poll not in parked_ok if pre.pending_bootstrap
                 else poll not in (KVPoll.Success, KVPoll.Failed)):
             return None
-        if pre.pending_bootstrap and (s.rooms[r].prefix or pre.sent >= pre.extend_end):
+        if pre.pending_bootstrap and (actions.room_of(ctx, s, r).prefix
+                                      or pre.sent >= pre.extend_end):
             return None  # a decode prefix hit, or nothing to send: not driven
         inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=pre.holds_metadata,
                               retraction_backup=False, pending_bootstrap=pre.pending_bootstrap),

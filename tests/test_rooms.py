@@ -1,0 +1,134 @@
+"""bootstrap_room reuse (issue #3): state keyed by the room, not the request.
+
+These tests pin the mechanisms the room-reuse verdicts rest on, so that a
+rule that stopped being read (the generation check, the late-status drop,
+the enqueue filter, the free-slot choice) fails here and not only as a moved
+cell in the verdict table.
+"""
+import attrs
+import pytest
+
+from reqmodel import actions, explore, properties, releases, scenario
+from reqmodel.actions import Ctx, Step, apply, initial_state
+from reqmodel.scenario import ScenarioError, from_dict
+from reqmodel.state import KVPoll, Msg, PStage
+
+ROOM_REUSE = scenario.builtin("room-reuse")
+ACK = properties.CATALOG["ack-belongs-to-its-hold"]
+
+
+def verdict(rel, sc, prop):
+    ex = explore.explore(rel, sc, (prop,), stop_early=False, keep_graph=False)
+    v = ex.verdicts[prop.name]
+    return v.verdict, v.trace_length
+
+
+def test_rooms_are_keyed_by_their_first_user():
+    sc = from_dict({"name": "r", "prompt_pages": [1, 1, 1], "bootstrap_rooms": [7, 3, 7],
+                    "prefill": {"pool_pages": 2}, "decode": {"pool_pages": 2}})
+    assert [sc.room_slot(r) for r in range(3)] == [0, 1, 0]
+    assert [sc.room_id(r) for r in range(3)] == [1, 2, 1]
+    assert sc.room_users(2) == (0, 2) and sc.previous_user(2) == 0
+    assert sc.previous_user(0) is None and sc.shares_rooms
+    # request 2 is its own symmetry class: it is not interchangeable with 0
+    classes = explore.symmetry_classes(sc)
+    assert classes[0] != classes[2]
+    plain = scenario.builtin("incident")
+    assert not plain.shares_rooms and plain.room_slot(1) == 1
+
+
+@pytest.mark.parametrize("rooms,message", [
+    ("[1]", "bootstrap_rooms has 1 entries for 2 requests"),
+    ("[0, 1]", "bootstrap_rooms must be a list of positive integers"),
+    ('"a"', "bootstrap_rooms must be a list of positive integers"),
+])
+def test_bad_bootstrap_rooms_are_refused_in_one_line(rooms, message):
+    import tomllib
+    data = tomllib.loads(f"name = 'x'\nprompt_pages = [1, 1]\nbootstrap_rooms = {rooms}\n"
+                         "[prefill]\npool_pages = 1\n[decode]\npool_pages = 1\n")
+    with pytest.raises(ScenarioError, match=message):
+        from_dict(data)
+
+
+def test_bad_reuse_option_is_refused():
+    with pytest.raises(ScenarioError, match='reuse_room_after must be "both" or "decode"'):
+        from_dict({"name": "x", "prompt_pages": [1], "prefill": {"pool_pages": 1},
+                   "decode": {"pool_pages": 1}, "options": {"reuse_room_after": "never"}})
+
+
+def _run(ctx, steps):
+    s = initial_state(ctx.scenario)
+    for st in steps:
+        out = apply(ctx, s, st)
+        assert out is not None, f"{st} not enabled"
+        s = out[0]
+    return s
+
+
+def test_the_later_request_waits_for_the_earlier_answers():
+    ctx = Ctx(releases.get("0.5.23"), ROOM_REUSE)
+    s = initial_state(ROOM_REUSE)
+    assert apply(ctx, s, Step("p_intake", 1)) is None
+    assert apply(ctx, s, Step("d_intake", 1)) is None
+    early = attrs.evolve(ROOM_REUSE, reuse_room_after="decode")
+    s = _run(Ctx(releases.get("0.5.23"), early),
+             [Step("d_intake", 0), Step("d_door", 0), Step("d_abort", 0),
+              Step("d_prealloc_drop", 0)])
+    assert s.d[0].answer == 500
+    assert apply(Ctx(releases.get("0.5.23"), early), s, Step("d_intake", 1)) is not None
+    assert apply(ctx, s, Step("d_intake", 1)) is None  # "both": prefill has not answered
+
+
+def test_a_stale_ack_counts_for_the_later_request_until_generations():
+    """The 14-step counterexample's mechanism on 0.5.21, and the same
+    release with 0.5.22's generation-tagged acks and per-endpoint targets."""
+    rel = releases.get("0.5.21")
+    assert verdict(rel, ROOM_REUSE, ACK) == ("violated", 14)
+    tagged = attrs.evolve(rel, ack_generations=True, ack_targets="per-endpoint")
+    assert verdict(tagged, ROOM_REUSE, ACK)[0] == "holds"
+
+
+def test_a_late_status_is_dropped_only_while_no_receiver_has_the_room():
+    ctx = Ctx(releases.get("0.5.22"), ROOM_REUSE)
+    s = initial_state(ROOM_REUSE)
+    s = actions.send(s, Msg("status", 0, poll=KVPoll.Success))
+    s = attrs.evolve(s, p=(attrs.evolve(s.p[0], answer=200, stage=PStage.GONE),) + s.p[1:],
+                     d=(attrs.evolve(s.d[0], answer=500),) + s.d[1:])
+    drop = actions.BY_NAME["d_drop_late_status"]
+    assert drop.enabled(ctx, s, 0)
+    s = _run_from(ctx, s, [Step("d_intake", 1), Step("d_door", 1)])
+    assert s.d[1].has_receiver and not drop.enabled(ctx, s, 0)
+    # the receiver of request 1 now takes request 0's Success as its own
+    assert s.room_msgs("status", 1) == (Msg("status", 0, poll=KVPoll.Success),)
+
+
+def _run_from(ctx, s, steps):
+    for st in steps:
+        out = apply(ctx, s, st)
+        assert out is not None, f"{st} not enabled"
+        s = out[0]
+    return s
+
+
+def test_no_chunk_is_queued_for_a_failed_room():
+    """``add_transfer_request`` drops a chunk for a room that is unknown or
+    Failed: prefill's abort before the last chunk queues nothing."""
+    sc = scenario.builtin("inflight-reuse")
+    ctx = Ctx(releases.get("0.5.23"), sc)
+    s = _run(ctx, [Step("p_intake", 0), Step("d_intake", 0), Step("p_door", 0),
+                   Step("d_door", 0), Step("d_prealloc", 0, (0, (0,))),
+                   Step("p_recv_metadata", 0), Step("p_pop_bootstrapped", 0),
+                   Step("p_forward", 0), Step("d_abort", 0), Step("p_recv_abort", 0)])
+    assert s.rooms[0].status == KVPoll.Failed
+    s = _run_from(ctx, s, [Step("p_result", 0)])
+    assert s.p[0].sent == 1 and not s.msgs("chunk", 0)
+
+
+def test_a_dirty_free_metadata_slot_is_a_choice():
+    sc = scenario.builtin("room-reuse")
+    s = initial_state(sc)
+    slots = (attrs.evolve(s.d_slots[0], room=1), s.d_slots[1])
+    s = attrs.evolve(s, d_slots=slots)
+    assert actions.slot_choices(s) == (0, 1)
+    clean = initial_state(sc)
+    assert actions.slot_choices(clean) == (0,)
