@@ -6,7 +6,7 @@ examples (test cases), runs (of the scenario; a test case holds several) and
 seconds, how long was the failing run it found, how long after
 ``minimise``, and the exhaustive engine's shortest length.  Usage::
 
-    python benchmarks/bench_hypothesis.py --markdown [--profile ci]
+    python benchmarks/bench_hypothesis.py --markdown [--profile ci] [--scenario NAME]
 """
 import argparse
 import pathlib
@@ -22,11 +22,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--profile", default="ci")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--scenario", default=None, help="only the cells of this built-in scenario")
     args = ap.parse_args()
     print("| property | scenario | release | found | examples | runs | s | run length | minimised "
           "| exhaustive |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
     for prop, sc_name, rel in violated_cells():
+        if args.scenario and sc_name != args.scenario:
+            continue
         sc = scenario.builtin(sc_name)
         p = properties.CATALOG[prop]
         ex = explore.explore(releases.get(rel), sc, [p], keep_graph=False)

@@ -1335,7 +1335,7 @@ def fresh_generation(c: Ctx, s: State, r: int) -> int:
     return max(used, default=0) + 1
 
 
-def resolve_held(c: Ctx, s: State, r: int) -> Effect:
+def resolve_held(c: Ctx, s: State, r: int, acks: Optional[Dict[int, int]] = None) -> Effect:
     """``resolve_deferred_releases`` (dc 19:2405-2436 ... 23:3046-3090): a rank
     whose tracker for the room has an ack releases its hold
     (``is_abort_release_safe(room)``: the tracker is the room's, whoever armed
@@ -1346,7 +1346,8 @@ def resolve_held(c: Ctx, s: State, r: int) -> Effect:
     req = s.d[r]
     if req.stage is not DStage.HELD:
         return s, ()
-    acks = dict(d_room_of(c, s, r).acked)
+    if acks is None:
+        acks = dict(d_room_of(c, s, r).acked)
     ready = tuple(k for k in req.held if k in acks)
     if not ready or (c.release.release_reduced and len(ready) < len(req.held)):
         return s, ()
@@ -1513,9 +1514,12 @@ def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
         return s, (Event("ack_dropped", r, "decode", (k,)),)
     if k not in t.acked_ranks():
         s = set_d_room(c, s, r, acked=tuple(sorted(t.acked + ((k, r),))))
+    # every held entry is judged on the tracker as it is now, before any of
+    # them is released (a release pops the room's tracker), dc 19:2413-2423
+    acks = dict(d_room_of(c, s, r).acked)
     evs: Tuple[Event, ...] = ()
     for u in c.scenario.room_users(r):
-        s, ev = resolve_held(c, s, u)
+        s, ev = resolve_held(c, s, u, acks)
         evs += ev
     return s, evs
 

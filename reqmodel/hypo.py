@@ -44,7 +44,8 @@ from .explore import Trace, Verdict, replay, symmetry_classes
 from .symmetry import canonical
 from .properties import Property
 from .releases import Release
-from .scenario import EVENT_NAMES, Events, Scenario, Worker
+from .scenario import (EVENT_NAMES, MAX_DECODE_RANKS, MAX_REQUESTS, Events, Scenario,
+                       Worker)
 
 # --------------------------------------------------------------- profiles
 
@@ -418,6 +419,7 @@ def breaks(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Optional[int]:
 TAIL_DEPTH = 6
 TAIL_BUDGET = 20_000
 START_BUDGET = 20_000  # canonical states: two seconds of breadth-first search
+START_BUDGET_LARGE = 5_000  # plain states, beyond the exhaustive bounds
 
 
 def minimise(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Tuple[Step, ...]:
@@ -429,7 +431,8 @@ def minimise(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Tuple[Step, ...
     by shorter ones (``shorten_tail``), until neither changes the trace."""
     cur = until_hit(ctx, prop, steps, repair=True)
     assert cur is not None, "the steps do not break the property"
-    shortest = _shortest_hit(ctx, prop, initial_state(ctx.scenario), len(cur) - 1, START_BUDGET)
+    budget = START_BUDGET if _symmetric_search(ctx) else START_BUDGET_LARGE
+    shortest = _shortest_hit(ctx, prop, initial_state(ctx.scenario), len(cur) - 1, budget)
     if shortest is not None:
         return shortest
     while True:
@@ -459,27 +462,41 @@ def shorten_tail(ctx: Ctx, prop: Property, steps: Sequence[Step],
     return None
 
 
+def _symmetric_search(ctx: Ctx) -> bool:
+    sc = ctx.scenario
+    return sc.n <= MAX_REQUESTS and sc.decode.ranks <= MAX_DECODE_RANKS
+
+
 def _shortest_hit(ctx: Ctx, prop: Property, s0, max_len: int,
                   budget: int) -> Optional[Tuple[Step, ...]]:
     """Breadth-first: the shortest steps from ``s0`` (at most ``max_len``)
     that hit ``prop``; None if there are none or the budget runs out.  States
     are told apart up to symmetry, as in the exhaustive checker (the paths
-    stay concrete: each is extended from a real state)."""
-    classes = symmetry_classes(ctx.scenario)
-    ranks = ctx.scenario.decode.ranks
+    stay concrete: each is extended from a real state), within the exhaustive
+    checker's bounds; beyond them canonical forms cost more than they save
+    (they try every order of tied requests and every rank relabelling)."""
+    if _symmetric_search(ctx):
+        classes = symmetry_classes(ctx.scenario)
+        ranks = ctx.scenario.decode.ranks
+
+        def key(x):
+            return canonical(x, classes, ranks)
+    else:
+        def key(x):
+            return x
     frontier = [(s0, ())]
-    seen = {canonical(s0, classes, ranks)}
+    seen = {key(s0)}
     for _ in range(max_len):
         nxt_frontier = []
         for s, path in frontier:
             for step, nxt, evs in successors(ctx, s, MAX_CHOICES):
                 if prop.hit(s, step, evs, nxt):
                     return path + (step,)
-                key = canonical(nxt, classes, ranks)
-                if key not in seen:
+                k = key(nxt)
+                if k not in seen:
                     if len(seen) >= budget:
                         return None
-                    seen.add(key)
+                    seen.add(k)
                     nxt_frontier.append((nxt, path + (step,)))
         frontier = nxt_frontier
     return None

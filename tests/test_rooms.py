@@ -79,13 +79,28 @@ def test_the_later_request_waits_for_the_earlier_answers():
     assert apply(ctx, s, Step("d_intake", 1)) is None  # "both": prefill has not answered
 
 
+# room-reuse with one decode page: the later request cannot take a page while
+# the earlier one holds its own, which leaves only the stale-ack path
+ONE_PAGE = attrs.evolve(ROOM_REUSE, name="room-reuse-one-page",
+                        decode=attrs.evolve(ROOM_REUSE.decode, pool_pages=1))
+
+
 def test_a_stale_ack_counts_for_the_later_request_until_generations():
     """The 14-step counterexample's mechanism on 0.5.21, and the same
     release with 0.5.22's generation-tagged acks and per-endpoint targets."""
     rel = releases.get("0.5.21")
-    assert verdict(rel, ROOM_REUSE, ACK) == ("violated", 14)
+    assert verdict(rel, ONE_PAGE, ACK) == ("violated", 14)
     tagged = attrs.evolve(rel, ack_generations=True, ack_targets="per-endpoint")
-    assert verdict(tagged, ROOM_REUSE, ACK)[0] == "holds"
+    assert verdict(tagged, ONE_PAGE, ACK)[0] == "holds"
+    assert verdict(releases.get("0.5.22"), ONE_PAGE, ACK)[0] == "holds"
+
+
+def test_a_held_request_reads_the_tracker_the_later_request_armed():
+    """From 0.5.22 the ack is generation-checked but the release check is
+    not: an earlier held request is freed by the later request's drain ack
+    (is_abort_release_safe(room), cc 22:879-883).  Judging every held entry
+    before releasing any (dc 19:2413-2423) is what lets both go."""
+    assert verdict(releases.get("0.5.22"), ROOM_REUSE, ACK) == ("violated", 17)
 
 
 def test_a_late_status_is_dropped_only_while_no_receiver_has_the_room():
