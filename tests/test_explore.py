@@ -63,6 +63,19 @@ def test_symmetry_reduction_merges_states():
     assert reduced.states < 0.55 * full.states
 
 
+def _random_walks(ctx, rng, walks, shortest, longest):
+    """Each state of ``walks`` random paths (``shortest``..``longest`` steps
+    each) with its successors; the walk moves on to a random successor."""
+    for _ in range(walks):
+        s = actions.initial_state(ctx.scenario)
+        for _ in range(rng.randint(shortest, longest)):
+            succ = list(actions.successors(ctx, s))
+            if not succ:
+                break
+            yield s, succ
+            s = rng.choice(succ)[1]
+
+
 def _random_relabel(s, rng, ranks=1):
     n = len(s.p)
     if ranks > 1:
@@ -89,17 +102,12 @@ def test_canonical_form_is_orbit_invariant(sc, release):
     # walk random paths and compare the canonical forms of relabelled states
     classes = explore.symmetry_classes(sc)
     checked = 0
-    for _ in range(60):
-        s = actions.initial_state(sc)
-        for _ in range(rng.randint(1, 30)):
-            succ = list(actions.successors(ctx, s))
-            if not succ:
-                break
-            s = rng.choice(succ)[1]
-            twin = _random_relabel(s, rng, ranks)
-            assert (symmetry.canonical(twin, classes, ranks)
-                    == symmetry.canonical(s, classes, ranks))
-            checked += 1
+    for s, succ in _random_walks(ctx, rng, 60, 1, 30):
+        s = rng.choice(succ)[1]
+        twin = _random_relabel(s, rng, ranks)
+        assert (symmetry.canonical(twin, classes, ranks)
+                == symmetry.canonical(s, classes, ranks))
+        checked += 1
     assert checked > 200
 
 
@@ -120,16 +128,10 @@ def test_successors_commute_with_the_canonical_form(sc, release):
     def canon(x):
         return symmetry.canonical(x, classes, ranks)
     checked = 0
-    for _ in range(40):
-        s = actions.initial_state(sc)
-        for _ in range(rng.randint(5, 35)):
-            succ = list(actions.successors(ctx, s))
-            if not succ:
-                break
-            assert ({canon(n) for _, n, _ in succ}
-                    == {canon(n) for _, n, _ in actions.successors(ctx, canon(s))})
-            checked += 1
-            s = rng.choice(succ)[1]
+    for s, succ in _random_walks(ctx, rng, 40, 5, 35):
+        assert ({canon(n) for _, n, _ in succ}
+                == {canon(n) for _, n, _ in actions.successors(ctx, canon(s))})
+        checked += 1
     assert checked > 300
 
 

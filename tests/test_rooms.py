@@ -56,8 +56,9 @@ def test_bad_reuse_option_is_refused():
                    "decode": {"pool_pages": 1}, "options": {"reuse_room_after": "never"}})
 
 
-def _run(ctx, steps):
-    s = initial_state(ctx.scenario)
+def _run(ctx, steps, s=None):
+    """Apply ``steps`` from ``s`` (default: the initial state); each must be enabled."""
+    s = initial_state(ctx.scenario) if s is None else s
     for st in steps:
         out = apply(ctx, s, st)
         assert out is not None, f"{st} not enabled"
@@ -111,18 +112,10 @@ def test_a_late_status_is_dropped_only_while_no_receiver_has_the_room():
                      d=(attrs.evolve(s.d[0], answer=500),) + s.d[1:])
     drop = actions.BY_NAME["d_drop_late_status"]
     assert drop.enabled(ctx, s, 0)
-    s = _run_from(ctx, s, [Step("d_intake", 1), Step("d_door", 1)])
+    s = _run(ctx, [Step("d_intake", 1), Step("d_door", 1)], s)
     assert s.d[1].has_receiver and not drop.enabled(ctx, s, 0)
     # the receiver of request 1 now takes request 0's Success as its own
     assert s.room_msgs("status", 1) == (Msg("status", 0, poll=KVPoll.Success),)
-
-
-def _run_from(ctx, s, steps):
-    for st in steps:
-        out = apply(ctx, s, st)
-        assert out is not None, f"{st} not enabled"
-        s = out[0]
-    return s
 
 
 def test_no_chunk_is_queued_for_a_failed_room():
@@ -135,7 +128,7 @@ def test_no_chunk_is_queued_for_a_failed_room():
                    Step("p_recv_metadata", 0), Step("p_pop_bootstrapped", 0),
                    Step("p_forward", 0), Step("d_abort", 0), Step("p_recv_abort", 0)])
     assert s.rooms[0].status == KVPoll.Failed
-    s = _run_from(ctx, s, [Step("p_result", 0)])
+    s = _run(ctx, [Step("p_result", 0)], s)
     assert s.p[0].sent == 1 and not s.msgs("chunk", 0)
 
 
