@@ -119,21 +119,21 @@ def set_d(s: State, r: int, **kw) -> State:
 
 def room_of(c: Ctx, s: State, r: int) -> Room:
     """Prefill's KV manager entry for request r's ``bootstrap_room``."""
-    return s.rooms[c.scenario.room_slot(r)]
+    return s.rooms[s.room_slot(r)]
 
 
 def set_room(c: Ctx, s: State, r: int, **kw) -> State:
-    k = c.scenario.room_slot(r)
+    k = s.room_slot(r)
     return replace(s, rooms=s.rooms[:k] + (replace(s.rooms[k], **kw),) + s.rooms[k + 1:])
 
 
 def d_room_of(c: Ctx, s: State, r: int) -> DRoom:
     """Decode's drain-ack tracker for request r's ``bootstrap_room``."""
-    return s.d_rooms[c.scenario.room_slot(r)]
+    return s.d_rooms[s.room_slot(r)]
 
 
 def set_d_room(c: Ctx, s: State, r: int, **kw) -> State:
-    k = c.scenario.room_slot(r)
+    k = s.room_slot(r)
     return replace(s, d_rooms=s.d_rooms[:k] + (replace(s.d_rooms[k], **kw),) + s.d_rooms[k + 1:])
 
 
@@ -150,10 +150,6 @@ def room_id(c: Ctx, r: int) -> int:
     return c.scenario.room_id(r)
 
 
-def room_msgs(c: Ctx, s: State, kind: str, r: int) -> Tuple[Msg, ...]:
-    return s.room_msgs(kind, r)
-
-
 def sender_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
     """Sender poll (mc 19:2399-2419): the latched conclude_state, else
     ``request_status[room]``, with Success reported as Transferring while
@@ -161,7 +157,7 @@ def sender_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
     room = room_of(c, s, r)
     if s.p[r].concluded is not None:
         return s.p[r].concluded
-    if room.status == KVPoll.Success and room_msgs(c, s, "chunk", r):
+    if room.status == KVPoll.Success and s.room_msgs("chunk", r):
         return KVPoll.Transferring
     return room.status
 
@@ -347,10 +343,9 @@ def next_d_to_p(c: Ctx, s: State, r: int, rank: int = 0) -> Optional[Msg]:
     """The oldest decode->prefill message of r's room from one decode rank,
     if request r sent it: ``send_metadata`` and ``receiver.abort`` share that
     rank's cached bootstrap socket, so they arrive in order."""
-    slot = c.scenario.room_slot
-    k = slot(r)
+    k = s.room_slot(r)
     for m in s.net:
-        if m.kind in D_TO_P and m.rank == rank and slot(m.rid) == k:
+        if m.kind in D_TO_P and m.rank == rank and s.room_slot(m.rid) == k:
             return m if m.rid == r else None
     return None
 
@@ -569,13 +564,20 @@ def p_chunked_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     return s, evs + ev2
 
 
+def takes_chunks(room: Room) -> bool:
+    """The KV manager moves a chunk only for a room it knows, not Failed, with
+    decode's destinations: when queuing it (``add_transfer_request``, mc
+    19:2214-2240 ... 23:3081-3111) and again when the worker dequeues it
+    (mc 19:1679-1680)."""
+    return room.status not in (None, KVPoll.Failed) and room.dst is not None
+
+
 def send_kv_chunk(c: Ctx, s: State, r: int, end: int) -> Effect:
     """``send_kv_chunk`` (pf 19:1194-1240): send pages ``[start_send_idx, end)``;
     returns early when there is nothing after ``start_send_idx`` (a decode prefix
     hit covering the stub: no chunk, so no Success ever).  The sender marks the
-    chunk *last* when it reaches ``num_kv_indices`` (cc 19:1289-1291).  The KV
-    manager queues it only for a room it knows, not Failed, with decode's
-    destinations (``add_transfer_request``, mc 19:2229-2240 ... 23:3098-3111)."""
+    chunk *last* when it reaches ``num_kv_indices`` (cc 19:1289-1291), and the
+    KV manager queues it only if the room ``takes_chunks``."""
     req = s.p[r]
     start = req.sent
     if start >= end:
@@ -584,7 +586,7 @@ def send_kv_chunk(c: Ctx, s: State, r: int, end: int) -> Effect:
     prefix = room.prefix
     last = req.send_pages >= 0 and end - prefix >= req.send_pages
     s = set_p(s, r, sent=end)
-    if room.status not in (None, KVPoll.Failed) and room.dst is not None:
+    if takes_chunks(room):
         s = send(s, Msg("chunk", r, pages=(start - prefix, end - prefix), last=last))
     return s, (Event("send", r, "prefill", (last, req.holds_metadata)),)
 
@@ -730,7 +732,7 @@ def p_inflight(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 def _chunk_queued(c, s, r):
     """The oldest chunk of r's room is r's (the queue of a room is FIFO)."""
-    queue = room_msgs(c, s, "chunk", r)
+    queue = s.room_msgs("chunk", r)
     return bool(queue) and queue[0].rid == r
 
 
@@ -739,7 +741,7 @@ def _maybe_ack_drained(c: Ctx, s: State, r: int) -> State:
     chunk of the room is outstanding, the registered targets get their ABORT_ACK
     (0.5.21 also every ``transfer_infos`` peer); a poisoned room never acks."""
     room = room_of(c, s, r)
-    if not room.ack_to or room_msgs(c, s, "chunk", r):
+    if not room.ack_to or s.room_msgs("chunk", r):
         return s
     s = set_room(c, s, r, ack_to=())
     if room.poisoned:
@@ -763,10 +765,10 @@ def xfer_chunk(c: Ctx, s: State, r: int, arg=()) -> Effect:
     truncating the source (mc 19:1764-1775), into whatever those pages hold now;
     on the last chunk writes aux into D's metadata slot and reports the room's
     status to D (``conclude_transfer`` from 0.5.20, cc 20:507)."""
-    msg = room_msgs(c, s, "chunk", r)[0]
+    msg = s.room_msgs("chunk", r)[0]
     s = consume(s, msg)
     room = room_of(c, s, r)
-    if room.status is None or room.status == KVPoll.Failed or room.dst is None:
+    if not takes_chunks(room):
         return _maybe_ack_drained(c, s, r), (Event("xfer_skip", r, "transfer", ()),)
     a, b = msg.pages
     dst = room.dst[a:b]
@@ -793,7 +795,7 @@ def xfer_chunk(c: Ctx, s: State, r: int, arg=()) -> Effect:
         s = send(s, Msg("status", r, poll=final))
     s = _maybe_ack_drained(c, s, r)
     status = room_of(c, s, r).status
-    if not room_msgs(c, s, "chunk", r) and (status in (None, KVPoll.Success)
+    if not s.room_msgs("chunk", r) and (status in (None, KVPoll.Success)
                                    or (msg.last and status == KVPoll.Failed)):
         # the worker's teardown of a concluded room (mc 19:1980-1991, 22:2783-2793)
         s = pop_transfer_infos(c, s, r)
@@ -872,7 +874,7 @@ def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = consume(s, msg)
     room = room_of(c, s, r)
     active = room.status is not None and room.status != KVPoll.Success
-    outstanding = bool(room_msgs(c, s, "chunk", r))
+    outstanding = bool(s.room_msgs("chunk", r))
     if active:
         s = update_status(c, s, r, KVPoll.Failed)
     if not c.deferred:
@@ -1090,7 +1092,7 @@ def d_release(c: Ctx, s: State, r: int) -> State:
 def _transferred_ready(c, s, r):
     req = s.d[r]
     return req.stage is DStage.TRANSFER and (
-        bool(room_msgs(c, s, "status", r)) or req.receiver_state == KVPoll.Failed)
+        bool(s.room_msgs("status", r)) or req.receiver_state == KVPoll.Failed)
 
 
 @action("decode", guard=_transferred_ready)
@@ -1100,7 +1102,7 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     then the waiting queue and the slot freed.  Failed: ``prepare_abort(500)``,
     stream, then release now or hold until the drain ack (§5.5)."""
     req = s.d[r]
-    status = room_msgs(c, s, "status", r)
+    status = s.room_msgs("status", r)
     if status:
         s = consume(s, status[0])
         poll = status[0].poll if req.receiver_state != KVPoll.Failed else KVPoll.Failed
@@ -1330,8 +1332,8 @@ def fresh_generation(c: Ctx, s: State, r: int) -> int:
     decode's counter is global and only grows (cc 22:845)."""
     used = [a[1] for a in d_room_of(c, s, r).armed]
     used += [t[1] for t in room_of(c, s, r).ack_to]
-    used += [m.gen for m in s.net if m.kind in ("abort", "ack")
-             and c.scenario.room_slot(m.rid) == c.scenario.room_slot(r)]
+    k = s.room_slot(r)
+    used += [m.gen for m in s.net if m.kind in ("abort", "ack") and s.room_slot(m.rid) == k]
     return max(used, default=0) + 1
 
 
@@ -1469,7 +1471,7 @@ def p_bootstrap_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
 def _d_waiting_too_long(c, s, r):
     req = s.d[r]
     return (req.stage is DStage.TRANSFER and req.receiver_state == KVPoll.WaitingForInput
-            and not room_msgs(c, s, "status", r))
+            and not s.room_msgs("status", r))
 
 
 def _waiting_timeout_ranks(c, s, r):
