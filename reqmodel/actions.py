@@ -157,7 +157,7 @@ def sender_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
     room = room_of(c, s, r)
     if s.p[r].concluded is not None:
         return s.p[r].concluded
-    if room.status == KVPoll.Success and s.room_msgs("chunk", r):
+    if room.status == KVPoll.Success and outstanding(c, s, r):
         return KVPoll.Transferring
     return room.status
 
@@ -166,8 +166,9 @@ def update_status(ctx: Ctx, s: State, r: int, new: KVPoll) -> State:
     room = room_of(ctx, s, r)
     status = ctx.release.update_status(room.status, new)
     if room.status is None and status is not None and ctx.release.new_room_drops_acks:
-        # a new room lifecycle drops the ack state of the room's last user (cc 22:570-574)
-        return set_room(ctx, s, r, status=status, ack_to=(), poisoned=False)
+        # a new room lifecycle drops the ack state and the outstanding count
+        # of the room's last user (cc 22:570-574)
+        return set_room(ctx, s, r, status=status, ack_to=(), poisoned=False, outstanding=0)
     return set_room(ctx, s, r, status=status)
 
 
@@ -730,10 +731,24 @@ def p_inflight(c: Ctx, s: State, r: int, arg=()) -> Effect:
 # ================================================================ transfer worker
 
 
+def outstanding(c: Ctx, s: State, r: int) -> bool:
+    """``_staging_outstanding[room] > 0``.  The worker counts a chunk when it
+    dequeues it, "so `outstanding == 0` means nothing is dequeued or in
+    flight" (mc 19:1670-1676, 20:1863-1869, 21:2110-2116, 22:2454-2460,
+    23:2519-2525): a chunk still in the queue does not count."""
+    return room_of(c, s, r).outstanding > 0
+
+
+def _worker_busy(s: State, r: int) -> bool:
+    return bool(s.room_msgs("write", r))
+
+
 def _chunk_queued(c, s, r):
-    """The oldest chunk of r's room is r's (the queue of a room is FIFO)."""
+    """The oldest chunk of r's room is r's (the queue of a room is FIFO), and
+    the worker is not busy with the room: one queue per destination session,
+    one worker thread per queue, so a room's chunks are handled one at a time."""
     queue = s.room_msgs("chunk", r)
-    return bool(queue) and queue[0].rid == r
+    return bool(queue) and queue[0].rid == r and not _worker_busy(s, r)
 
 
 def _maybe_ack_drained(c: Ctx, s: State, r: int) -> State:
@@ -741,7 +756,7 @@ def _maybe_ack_drained(c: Ctx, s: State, r: int) -> State:
     chunk of the room is outstanding, the registered targets get their ABORT_ACK
     (0.5.21 also every ``transfer_infos`` peer); a poisoned room never acks."""
     room = room_of(c, s, r)
-    if not room.ack_to or s.room_msgs("chunk", r):
+    if not room.ack_to or outstanding(c, s, r):
         return s
     s = set_room(c, s, r, ack_to=())
     if room.poisoned:
@@ -758,48 +773,78 @@ def _maybe_ack_drained(c: Ctx, s: State, r: int) -> State:
 
 
 @action("transfer", guard=_chunk_queued)
-def xfer_chunk(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """Mooncake ``transfer_worker`` (mc 1645/1838/2080/2423/2488) on the room's
-    oldest chunk: skips Failed or unknown rooms; writes
-    ``dst_kv_indices[index_slice]`` (mc 1754/1939/2186/2550/2623), a short ``dst``
-    truncating the source (mc 19:1764-1775), into whatever those pages hold now;
-    on the last chunk writes aux into D's metadata slot and reports the room's
-    status to D (``conclude_transfer`` from 0.5.20, cc 20:507)."""
+def xfer_dequeue(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """Mooncake ``transfer_worker`` (mc 1645/1838/2080/2423/2488) takes the room's
+    oldest chunk and counts it outstanding (``outstanding``).  A Failed or
+    unknown room is skipped: the count is popped and a drained abort acked
+    (mc 19:1678-1693).  Otherwise the worker looks up decode's destinations
+    now, ``dst_kv_indices[index_slice]`` (mc 1754/1939/2186/2550/2623; a short
+    ``dst`` truncates the source, mc 19:1764-1775) and the aux slot, and the
+    write is in flight: whatever happens to the room or to those pages from
+    here on, ``xfer_write`` lands in them."""
     msg = s.room_msgs("chunk", r)[0]
     s = consume(s, msg)
     room = room_of(c, s, r)
     if not takes_chunks(room):
+        s = set_room(c, s, r, outstanding=0)
         return _maybe_ack_drained(c, s, r), (Event("xfer_skip", r, "transfer", ()),)
+    s = set_room(c, s, r, outstanding=room.outstanding + 1)
     a, b = msg.pages
-    dst = room.dst[a:b]
+    checksum, covered = None, 0
+    if msg.last:
+        if c.release.checksum and c.scenario.prefill.kv_checksum:
+            checksum = _p_digest(c, s, r)
+        covered = room.prefix + max(s.p[r].send_pages, 0)
+    return send(s, Msg("write", r, pages=room.dst[a:b], last=msg.last, slot=room.dst_slot,
+                       checksum=checksum, covered=covered)), ()
+
+
+def _write_in_flight(c, s, r):
+    return any(m.rid == r for m in s.room_msgs("write", r))
+
+
+@action("transfer", guard=_write_in_flight)
+def xfer_write(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """The worker's write lands (``batch_transfer_sync``, mc 19:1760-1900) in the
+    pages looked up at dequeue, whatever they hold now; on the last chunk it
+    writes aux into decode's metadata slot and reports the room's status to D
+    (``conclude_transfer`` from 0.5.20, cc 20:507); then ``worker_done``."""
+    msg = next(m for m in s.room_msgs("write", r) if m.rid == r)
+    s = consume(s, msg)
     pages = list(s.d_pages)
-    for pg in dst:
+    for pg in msg.pages:
         pages[pg] = replace(pages[pg], writer=r)
     s = replace(s, d_pages=tuple(pages))
-    evs = (Event("write", r, "transfer", tuple(dst)),)
+    evs = (Event("write", r, "transfer", msg.pages),)
     if msg.last:
-        slot = room.dst_slot
+        slot = msg.slot
         if 0 <= slot < len(s.d_slots):
-            checksum = None
-            if c.release.checksum and c.scenario.prefill.kv_checksum:
-                checksum = _p_digest(c, s, r)
             slots = list(s.d_slots)
-            covered = room.prefix + max(s.p[r].send_pages, 0)
-            slots[slot] = replace(slots[slot], room=room_id(c, r), checksum=checksum,
-                                  covered_pages=covered)
+            slots[slot] = replace(slots[slot], room=room_id(c, r), checksum=msg.checksum,
+                                  covered_pages=msg.covered)
             s = replace(s, d_slots=tuple(slots))
+        room = room_of(c, s, r)
         final = KVPoll.Success
         if c.release.conclude_transfer and (room.failure_record or room.status == KVPoll.Failed):
             final = KVPoll.Failed
         s = update_status(c, s, r, final)
         s = send(s, Msg("status", r, poll=final))
+    return worker_done(c, s, r, msg.last), evs
+
+
+def worker_done(c: Ctx, s: State, r: int, last: bool) -> State:
+    """The end of the worker's iteration on one of the room's chunks: the
+    outstanding count drops (mc 19:1970, 20:2143, 21:2393, 22:2773, 23:2845),
+    a drained abort is acked, and a concluded room with nothing outstanding
+    is torn down (mc 19:1980-1991, 20:2153-2164, 21:2403-2414, 22:2783-2793,
+    23:2855-2865)."""
+    s = set_room(c, s, r, outstanding=room_of(c, s, r).outstanding - 1)
     s = _maybe_ack_drained(c, s, r)
-    status = room_of(c, s, r).status
-    if not s.room_msgs("chunk", r) and (status in (None, KVPoll.Success)
-                                   or (msg.last and status == KVPoll.Failed)):
-        # the worker's teardown of a concluded room (mc 19:1980-1991, 22:2783-2793)
-        s = pop_transfer_infos(c, s, r)
-    return s, evs
+    room = room_of(c, s, r)
+    if room.outstanding <= 0 and (room.status in (None, KVPoll.Success)
+                                  or (last and room.status == KVPoll.Failed)):
+        s = set_room(c, pop_transfer_infos(c, s, r), r, outstanding=0)
+    return s
 
 
 def _p_digest(c: Ctx, s: State, r: int) -> Tuple:
@@ -818,16 +863,46 @@ def _room_can_fail(c, s, r):
 
 @action("transfer", guard=_room_can_fail, event="transfer_failure")
 def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """A transfer failure reported during the handoff (worker error or a failed
-    batch in the Mooncake ``transfer_worker``, mc 1645/1838/2080/2423/2488):
-    ``record_failure``, room Failed, ``(room, Failed)`` sent to D.  From 0.5.22
-    the failed batch poisons the room: it cannot prove the writes stopped, so it
-    drops its ack targets and never acks (mc 22:2413-2421, 22:2809)."""
+    """A transfer failure in the Mooncake ``transfer_worker`` (mc
+    1645/1838/2080/2423/2488): ``record_failure``, room Failed, ``(room,
+    Failed)`` sent to D.  With a write of the room in flight it is that
+    write's batch that failed: ``batch_transfer_sync`` returns -1 on its
+    timeout "with the batch still running ... so a failed send may still be
+    writing decode's pages" (mc 22:2413-2421).  The worker gives up on it (the
+    write becomes ``stray`` and lands whenever it lands), breaks out, and
+    finishes the chunk as usual (``worker_done``); from 0.5.22 it first
+    poisons the room, which then never acks (mc 22:2677, 22:2698).  Without
+    a write in flight it is a failure found before a send (a session already
+    failed, the heartbeat), which poisons nothing."""
+    inflight = s.room_msgs("write", r)
+    if inflight:
+        w = inflight[0]
+        s = send(consume(s, w), Msg("stray", w.rid, pages=w.pages))
     s = update_status(c, s, r, KVPoll.Failed)
     s = set_room(c, s, r, failure_record=True)
-    if c.release.poison_failed_rooms:
+    if inflight and c.release.poison_failed_rooms:
         s = set_room(c, s, r, poisoned=True, ack_to=())
-    return send(s, Msg("status", r, poll=KVPoll.Failed)), ()
+    s = send(s, Msg("status", r, poll=KVPoll.Failed))
+    if inflight:
+        s = worker_done(c, s, r, inflight[0].last)
+    return s, ()
+
+
+def _stray_write(c, s, r):
+    return bool(s.msgs("stray", r))
+
+
+@action("transfer", guard=_stray_write)
+def xfer_stray_lands(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """A write the worker gave up on (``xfer_fail``) lands in decode's pages:
+    the RDMA engine finishes the batch whatever prefill has decided since
+    (mc 22:2413-2421: "a failed send may still be writing decode's pages")."""
+    msg = s.msgs("stray", r)[0]
+    s = consume(s, msg)
+    pages = list(s.d_pages)
+    for pg in msg.pages:
+        pages[pg] = replace(pages[pg], writer=r)
+    return replace(s, d_pages=tuple(pages)), (Event("write", r, "transfer", msg.pages),)
 
 
 def _abort_arrived(c, s, r):
@@ -874,7 +949,7 @@ def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = consume(s, msg)
     room = room_of(c, s, r)
     active = room.status is not None and room.status != KVPoll.Success
-    outstanding = bool(s.room_msgs("chunk", r))
+    busy = outstanding(c, s, r)
     if active:
         s = update_status(c, s, r, KVPoll.Failed)
     if not c.deferred:
@@ -882,12 +957,12 @@ def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     if c.release.ack_targets == "per-endpoint":
         register = msg.gen != 0 or not c.release.ack_generations
     elif c.release.ack_targets == "fan-out":
-        register = active or outstanding
+        register = active or busy
     else:
         register = active
     if register:
         return _maybe_ack_drained(c, register_ack_target(c, s, msg), r), ()
-    if c.release.ack_targets != "per-endpoint" and not outstanding:
+    if c.release.ack_targets != "per-endpoint" and not busy:
         s = send(s, Msg("ack", r, rank=k))
     return s, ()
 

@@ -265,7 +265,7 @@ prop(
 def _drain_acks_reach_holders(s: State) -> bool:
     for r, d in enumerate(s.d):
         slot = s.room_slot(r)
-        if d.stage is not DStage.HELD or s.rooms[slot].poisoned or s.room_msgs("chunk", r):
+        if d.stage is not DStage.HELD or s.rooms[slot].poisoned or s.rooms[slot].outstanding > 0:
             continue  # not held, or prefill cannot (yet) vouch for the drain
         for k in d.held:
             if k in s.d_rooms[slot].acked_ranks():
@@ -293,7 +293,7 @@ def _room_state_released(s: State) -> bool:
             continue  # the room is still in use on the wire
         room = s.rooms[slot]
         if (room.status is not None or room.dst is not None or room.failure_record
-                or room.ack_to or room.poisoned or s.d_rooms[slot].armed):
+                or room.ack_to or room.poisoned or room.outstanding or s.d_rooms[slot].armed):
             return False
     return True
 
@@ -302,7 +302,7 @@ prop(
     name="room-state-released", kind="always", ref="#3",
     text="Once a request is gone from both workers and nothing of its room is in flight, no "
          "control-plane entry for its room remains (request_status, transfer_infos, "
-         "failure_records, ack targets, poison mark, decode's drain-ack tracker).",
+         "failure_records, ack targets, poison mark, outstanding count, decode's drain-ack tracker).",
     state=_room_state_released,
 )
 

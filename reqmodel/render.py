@@ -67,6 +67,10 @@ def _msg(m: Msg) -> str:
     if m.kind == "chunk":
         a, b = m.pages
         return f"chunk r{m.rid} [{a}, {b}){' last' if m.last else ''}"
+    if m.kind == "write":
+        return f"write r{m.rid} in flight to D pages {fmt(m.pages)}{' + aux slot ' + str(m.slot) if m.last else ''}"
+    if m.kind == "stray":
+        return f"stray write r{m.rid} (its batch failed) still landing in D pages {fmt(m.pages)}"
     if m.kind == "status":
         return f"status r{m.rid} {fmt(m.poll)}"
     if m.kind == "recompute":
@@ -216,7 +220,8 @@ def to_markdown(meta: dict, rs: Sequence[Row]) -> str:
 
 def _lane_of_msg(m: Msg) -> Tuple[str, str]:
     return {"metadata": ("D", "P"), "abort": ("D", "P"), "recompute": ("D", "P"),
-            "chunk": ("P", "X"), "status": ("X", "D"), "ack": ("P", "D")}[m.kind]
+            "chunk": ("P", "X"), "write": ("X", "X"), "stray": ("X", "X"), "status": ("X", "D"),
+            "ack": ("P", "D")}[m.kind]
 
 
 def to_mermaid(meta: dict, steps, states, events, violating_last: bool) -> str:

@@ -194,6 +194,10 @@ class Room:
     ack_to: Tuple[Tuple[int, int, int], ...] = ()
     peers: Tuple[int, ...] = ()  # decode ranks in transfer_infos[room]
     poisoned: bool = False  # _deferred_ack_poisoned_rooms (0.5.22+): never acks
+    # _staging_outstanding[room]: chunks dequeued by the transfer worker whose
+    # write has not finished (a defaultdict: 0.5.22+ pop it when a later
+    # request re-creates the room, so a late decrement can take it below 0)
+    outstanding: int = 0
 
 
 @attrs.frozen(cache_hash=True)
@@ -245,8 +249,11 @@ class Msg:
     """A message in flight.
 
     kinds: ``metadata`` (D->P send_metadata), ``chunk`` (P->transfer worker
-    send_kv_chunk), ``status`` (worker->D KVPoll), ``abort`` (D->P ABORT),
-    ``ack`` (P->D ABORT_ACK).  Decode->prefill messages travel on one FIFO
+    send_kv_chunk), ``write`` (a chunk the worker has dequeued: its RDMA write
+    to decode pages ``pages`` and, on the last chunk, aux slot ``slot``, is in
+    flight), ``stray`` (a write whose batch failed: the worker has moved on,
+    the write has not landed yet), ``status`` (worker->D KVPoll), ``abort`` (D->P ABORT), ``ack``
+    (P->D ABORT_ACK).  Decode->prefill messages travel on one FIFO
     channel per (room, decode rank).
     """
 
@@ -259,6 +266,7 @@ class Msg:
     checksum: Optional[Tuple] = None
     rank: int = 0  # decode rank: sender of metadata/abort, target of ack
     gen: int = 0  # abort: the registration's generation; ack: its echo (0.5.22+)
+    covered: int = 0  # write (last chunk): pages of decode's range the aux covers
 
 
 @attrs.frozen(cache_hash=True)

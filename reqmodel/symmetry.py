@@ -31,6 +31,7 @@ import attrs
 from .state import D_TO_P, Msg, Page, State, replace
 
 RANKED = D_TO_P + ("ack",)  # messages whose rank field names a decode rank
+DEST = ("metadata", "write", "stray")  # messages whose pages and slot name decode's pages and slots
 
 
 def _rename_rid(x, pi: Sequence[int]):
@@ -170,7 +171,7 @@ def _relabel_pages_slots(s: State) -> State:
         for p in room.dst or ():
             page_map.setdefault(p, len(page_map))
     for m in s.net:
-        if m.kind == "metadata":
+        if m.kind in DEST:
             for p in m.pages:
                 page_map.setdefault(p, len(page_map))
     rest = [p for p in range(len(s.d_pages)) if p not in page_map]
@@ -187,7 +188,7 @@ def _relabel_pages_slots(s: State) -> State:
         if room.dst_slot >= 0:
             slot_map.setdefault(room.dst_slot, len(slot_map))
     for m in s.net:
-        if m.kind == "metadata" and m.slot >= 0:
+        if m.kind in DEST and m.slot >= 0:
             slot_map.setdefault(m.slot, len(slot_map))
     rest = [i for i in range(len(s.d_slots)) if i not in slot_map]
     rest.sort(key=lambda i: _sort_key(s.d_slots[i]))
@@ -246,7 +247,7 @@ def _relabel(s: State, page_map: Dict[int, int], slot_map: Dict[int, int]) -> St
                   for rm in s.rooms)
     net = tuple(replace(m, pages=tuple(page_map[p] for p in m.pages),
                              slot=slot_map[m.slot] if m.slot >= 0 else -1)
-                if m.kind == "metadata" else m for m in s.net)
+                if m.kind in DEST else m for m in s.net)
     return replace(s, d=d, rooms=rooms, d_pages=tuple(pages), d_slots=tuple(slots), net=net)
 
 

@@ -17,7 +17,7 @@ def test_default_check_reports_the_incident(tmp_path):
     assert "scenario incident" in r.stdout
     line = next(l for l in r.stdout.splitlines() if "no-foreign-kv-read" in l)
     cells = [c.strip() for c in line.strip("│┃ ").split("│")]
-    assert cells[1].startswith("violated (25)")
+    assert cells[1].startswith("violated (27)")
     assert all(c == "holds" for c in cells[2:])
     assert (tmp_path / "counterexamples/0.5.19/no-foreign-kv-read-incident.itf.json").exists()
 
@@ -35,10 +35,10 @@ def test_json_output_schema(tmp_path):
         assert set(row) == keys
         assert row["verdict"] in ("holds", "violated", "not-applicable")
     v19 = next(r for r in rows if r["release"] == "0.5.19" and r["property"] == "no-foreign-kv-read")
-    assert v19["verdict"] == "violated" and v19["trace_length"] == 25
+    assert v19["verdict"] == "violated" and v19["trace_length"] == 27
     assert (tmp_path / v19["trace_file"]).exists()
     reach = next(r for r in rows if r["release"] == "0.5.21" and r["property"] == "valid-request-completes")
-    assert reach["verdict"] == "holds" and reach["trace_length"] == 14
+    assert reach["verdict"] == "holds" and reach["trace_length"] == 15
 
 
 @pytest.mark.parametrize("args,fragment", [

@@ -48,7 +48,7 @@ def test_guard_points_listing_is_generated_from_the_code():
 
 def test_naive_door_breaks_reentry_with_a_minimal_counterexample():
     prop, rows, pending = check("naive-door-on-0.5.20", ["retract-abort", "pause-abort"])
-    for sc, length in (("retract-abort", 15), ("pause-abort", 15)):
+    for sc, length in (("retract-abort", 16), ("pause-abort", 16)):
         row = rows[(sc, "reentry-not-retired")]
         assert row.change == "broken"
         assert row.trace_length == length

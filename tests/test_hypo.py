@@ -8,10 +8,10 @@ INCIDENT = scenario.builtin("incident")
 CTX19 = Ctx(release=releases.get("0.5.19"), scenario=INCIDENT)
 REJECTED = properties.CATALOG["rejected-never-succeeds"]
 
-# the rejected request answered 200 by decode: 13 steps, none of which can be
-# deleted; the shortest answer-200 is prefill's own, 11 steps
+# the rejected request answered 200 by decode: 14 steps, none of which can be
+# deleted; the shortest answer-200 is prefill's own, 12 steps
 DECODE_200 = ("d_intake d_door d_prealloc p_intake p_door p_recv_metadata p_pop_bootstrapped "
-              "p_forward p_result xfer_chunk d_transferred d_attend d_respond").split()
+              "p_forward p_result xfer_dequeue xfer_write d_transferred d_attend d_respond").split()
 
 
 def decode_200_trace():
@@ -28,9 +28,9 @@ def test_deleting_steps_cannot_shorten_a_trace_with_a_longer_ending():
 def test_the_tail_search_finds_the_shorter_ending():
     steps = decode_200_trace()
     shorter = hypo.shorten_tail(CTX19, REJECTED, steps)
-    assert shorter is not None and len(shorter) == 11
+    assert shorter is not None and len(shorter) == 12
     assert shorter[:10] == steps[:10] and shorter[-1].action == "p_inflight"
-    assert hypo.breaks(CTX19, REJECTED, shorter) == 11
+    assert hypo.breaks(CTX19, REJECTED, shorter) == 12
     shortest = explore.explore(releases.get("0.5.19"), INCIDENT, [REJECTED])
     assert len(hypo.minimise(CTX19, REJECTED, steps)) == shortest.verdicts[REJECTED.name].trace_length
 
