@@ -48,6 +48,8 @@ def test_nothing_found_where_the_table_says_holds(hprofile, sc, release):
 # Strict: when the search improves and finds one, the test fails until the
 # cell is taken off this list.
 NOT_FOUND_BY_CI = {
+    ("abort-is-terminal", "optimistic-abort-unit", "0.5.19"):
+        "about 1 run in 1,000 lines up the yield, the abort and the result",
     ("no-foreign-kv-read", "optimistic-abort-unit", "0.5.19"):
         "four orderings at once: none in 20,000 sampled runs",
     ("no-foreign-kv-read", "optimistic-abort-unit", "0.5.20"):
@@ -55,8 +57,7 @@ NOT_FOUND_BY_CI = {
     # issue #3's in-flight writes: decode releases, another request takes the
     # page, and the chunk lands before prefill has processed the ABORT
     **{(prop, "inflight-reuse", rel): "a write racing the abort: 0.03 to 0.2 % of runs"
-       for prop, rels in (("no-reuse-during-inflight-write", ("0.5.19", "0.5.21", "0.5.22",
-                                                              "0.5.23")),
+       for prop, rels in (("no-reuse-during-inflight-write", ("0.5.19", "0.5.21")),
                           ("no-foreign-kv-read", RELEASES)) for rel in rels},
     ("no-reuse-during-inflight-write", "optimistic-abort-unit", "0.5.20"):
         "a write racing the abort: 0.03 % of runs",
@@ -71,12 +72,14 @@ NOT_FOUND_BY_CI = {
        "a chunk queued through a client's round trip and the next preallocation"
        for prop in ("commit-after-all-ranks", "no-foreign-kv-read")
        for rel in ("0.5.19", "0.5.20", "0.5.22", "0.5.23")},
-    ("no-reuse-during-inflight-write", "room-reuse", "0.5.20"):
-        "the earlier request's chunk dequeued after the later request's metadata: "
-        "1.3 % of uniform runs, none under Hypothesis's choice of rules",
+    **{("no-reuse-during-inflight-write", "room-reuse", rel):
+       "the earlier request's chunk dequeued after the later request's metadata: "
+       "0.6 to 1.3 % of uniform runs, none under Hypothesis's choice of rules"
+       for rel in ("0.5.20", "0.5.23")},
+    ("drain-ack-reaches-every-rank", "room-reuse", "0.5.22"):
+        "an abort inside the write's flight, then the later sender opening the room: "
+        "0.13 % of runs",
     # issue #3's fifth part: a write in flight between dequeue and landing
-    ("no-foreign-kv-read", "transfer-failure", "0.5.21"):
-        "a failed send's write landing after request 1's own transfer: 0.03 % of runs",
     ("drain-ack-reaches-every-rank", "two-rank-abort", "0.5.21"):
         "both ABORTs and clear() inside one write's flight: 0.03 % of runs",
 }

@@ -128,13 +128,50 @@ def set_room(c: Ctx, s: State, r: int, **kw) -> State:
 
 
 def d_room_of(c: Ctx, s: State, r: int) -> DRoom:
-    """Decode's drain-ack tracker for request r's ``bootstrap_room``."""
+    """Decode's state (tracker, status entry) for request r's ``bootstrap_room``."""
     return s.d_rooms[s.room_slot(r)]
 
 
 def set_d_room(c: Ctx, s: State, r: int, **kw) -> State:
     k = s.room_slot(r)
     return replace(s, d_rooms=s.d_rooms[:k] + (replace(s.d_rooms[k], **kw),) + s.d_rooms[k + 1:])
+
+
+def receiver_init(c: Ctx, s: State, r: int) -> Tuple[State, KVPoll]:
+    """``CommonKVReceiver.__init__`` and ``init()``: ``update_status(room,
+    Bootstrapping)`` then ``WaitingForInput`` on decode's own
+    ``request_status`` (cc 19:1381, 19:1418; 22:2196, 22:2254).  The entry is the
+    room's: an entry another request of the room left behind merges by the
+    release's rule (0.5.19 lets the new state replace Failed, 0.5.20+ keep
+    Failed).  Returns the state the receiver's first poll will read."""
+    st = d_room_of(c, s, r).status
+    for new in (KVPoll.Bootstrapping, KVPoll.WaitingForInput):
+        st = c.release.update_status(st, new)
+    return set_d_room(c, s, r, status=st), st
+
+
+def receiver_fail(c: Ctx, s: State, r: int) -> State:
+    """``update_status(room, Failed)`` on decode (``receiver.abort()``, the
+    waiting timeout, a Failed report): never re-creates a popped entry."""
+    st = d_room_of(c, s, r).status
+    return set_d_room(c, s, r, status=c.release.update_status(st, KVPoll.Failed))
+
+
+def receiver_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
+    """``CommonKVReceiver.poll()``: the latched ``conclude_state`` if any, else
+    ``check_status(room)``, i.e. ``request_status[room]`` (cc 19:2606-2616,
+    22:2276-2279); None stands for the KeyError of a popped entry."""
+    req = s.d[r]
+    if req.receiver_state in (KVPoll.Success, KVPoll.Failed):
+        return req.receiver_state
+    return d_room_of(c, s, r).status
+
+
+def receiver_clear(c: Ctx, s: State, r: int) -> State:
+    """``CommonKVReceiver.clear()`` pops ``request_status[room]`` (with the
+    response tracker), whichever request of the room created it (cc
+    19:1622-1624, 20:1850, 21:2009, 22:2543, 23:2935)."""
+    return set_d_room(c, s, r, status=None)
 
 
 def send(s: State, msg: Msg) -> State:
@@ -1000,15 +1037,17 @@ def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
         return stream_d(s, r, 400)
     if is_retracted:
         return set_d(s, r, stage=DStage.RETRACTED, door_flag=None), ()
+    s, polled = receiver_init(c, s, r)
+    latched = polled if polled in (KVPoll.Failed, KVPoll.Success) else KVPoll.WaitingForInput
     s = set_d(s, r, stage=DStage.PREALLOC, has_receiver=True,
-              receiver_state=KVPoll.WaitingForInput, notified=(), held=())
+              receiver_state=latched, notified=(), held=())
     return s, (Event("acquire", r, "decode", ("receiver",)),)
 
 
 def _prealloc_drop(c, s, r):
     req = s.d[r]
     return req.stage is DStage.PREALLOC and (
-        c.release.prealloc_scan(req) or req.receiver_state == KVPoll.Failed)
+        c.release.prealloc_scan(req) or receiver_poll(c, s, r) == KVPoll.Failed)
 
 
 @action("decode", guard=_prealloc_drop)
@@ -1018,8 +1057,8 @@ def d_prealloc_drop(c: Ctx, s: State, r: int, arg=()) -> Effect:
     (``prepare_abort``), is streamed and its receiver cleared."""
     req = s.d[r]
     reason = req.finished_reason if (req.finished_reason and req.finished_reason.is_abort) else ABORT_500
-    s = set_d(s, r, stage=DStage.GONE, finished_reason=reason, has_receiver=False,
-              cache_handle=False, session_slot=False)
+    s = set_d(receiver_clear(c, s, r), r, stage=DStage.GONE, finished_reason=reason,
+              has_receiver=False, cache_handle=False, session_slot=False)
     return stream_d(s, r, reason.status)
 
 
@@ -1102,7 +1141,7 @@ def _prealloc_choices(c, s, r):
 def _can_prealloc(c, s, r):
     req = s.d[r]
     return (req.stage is DStage.PREALLOC and not _prealloc_drop(c, s, r)
-            and req.receiver_state == KVPoll.WaitingForInput and bool(slot_choices(s))
+            and receiver_poll(c, s, r) == KVPoll.WaitingForInput and bool(slot_choices(s))
             and len(s.free_d_pages()) >= _prealloc_need(c, req, 1 if _radix_hit_possible(c, req)
                                                         else 0))
 
@@ -1161,13 +1200,16 @@ def d_release(c: Ctx, s: State, r: int) -> State:
         slot = slots[req.meta_slot]
         slots[req.meta_slot] = replace(slot, owner=None, room=0, checksum=clear_checksum(c, slot))
     s = replace(s, d_pages=tuple(pages), d_slots=tuple(slots))
+    if req.has_receiver:
+        s = receiver_clear(c, s, r)
     return set_d(s, r, pages=(), meta_slot=-1, has_receiver=False)
 
 
 def _transferred_ready(c, s, r):
     req = s.d[r]
-    return req.stage is DStage.TRANSFER and (
-        bool(s.room_msgs("status", r)) or req.receiver_state == KVPoll.Failed)
+    polled = receiver_poll(c, s, r)
+    return req.stage is DStage.TRANSFER and polled is not None and (
+        bool(s.room_msgs("status", r)) or polled == KVPoll.Failed)
 
 
 @action("decode", guard=_transferred_ready)
@@ -1179,10 +1221,16 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     req = s.d[r]
     status = s.room_msgs("status", r)
     if status:
+        # decode's KV manager thread applies the report to request_status[room]
+        # (mc 19:2188-2206, cc 20:569 ... 23:921): Success counts for a room it
+        # tracks, Failed never re-creates one
         s = consume(s, status[0])
-        poll = status[0].poll if req.receiver_state != KVPoll.Failed else KVPoll.Failed
-    else:
-        poll = KVPoll.Failed
+        if status[0].poll == KVPoll.Success:
+            entry = d_room_of(c, s, r).status
+            s = set_d_room(c, s, r, status=c.release.update_status(entry, KVPoll.Success))
+        else:
+            s = receiver_fail(c, s, r)
+    poll = receiver_poll(c, s, r)
     if poll == KVPoll.Success:
         slot = s.d_slots[req.meta_slot]
         refused = c.release.commit_check(req, slot, room_id(c, r))
@@ -1194,15 +1242,16 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
             slots[req.meta_slot] = MetaSlot(owner=None, room=0, checksum=clear_checksum(c, slot),
                                             covered_pages=0)
             s = replace(s, d_slots=tuple(slots))
-            s = set_d(s, r, stage=DStage.WAITING, meta_slot=-1, expected_checksum=expected,
-                      has_receiver=False, is_retracted=False, rebootstrap=False)
+            s = set_d(receiver_clear(c, s, r), r, stage=DStage.WAITING, meta_slot=-1,
+                      expected_checksum=expected, has_receiver=False, is_retracted=False,
+                      rebootstrap=False)
             # info: the room the commit check compared against, and (history)
             # the request whose transfer reported the Success
             return s, (Event("commit", r, "decode", (room_id(c, r), status[0].rid)),)
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=refused,
                   cache_handle=False, session_slot=False)
         return stream_d(s, r, refused.status)
-    s = set_d(s, r, finished_reason=ABORT_500, receiver_state=KVPoll.Failed)
+    s = set_d(receiver_fail(c, s, r), r, finished_reason=ABORT_500, receiver_state=KVPoll.Failed)
     s, evs = stream_d(s, r, 500)
     holders: Tuple[int, ...] = ()
     if c.deferred:
@@ -1242,6 +1291,25 @@ def d_drop_late_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
     cc 19:365-373).  Once a later request of the room has its receiver, the
     same message counts as that request's."""
     return consume(s, s.msgs("status", r)[0]), (Event("status_dropped", r, "decode", ()),)
+
+
+def _status_popped(c, s, r):
+    req = s.d[r]
+    return (req.stage in (DStage.PREALLOC, DStage.TRANSFER) and req.has_receiver
+            and receiver_poll(c, s, r) is None)
+
+
+@action("decode", guard=_status_popped)
+def d_poll_popped_room(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """A receiver polls a room whose ``request_status`` entry another request
+    of the room has popped (its ``clear()``): ``check_status`` is
+    ``request_status[room]`` (cc 19:362-363 ... 23:608-609) and raises
+    KeyError, which neither ``pop_preallocated`` nor ``pop_transferred``
+    catches (``poll_and_all_reduce``, utils 19:205-212): the decode
+    scheduler's loop dies.  The model records the crash and fails the
+    request so the search can go on; ``no-poll-of-popped-room`` flags it."""
+    s = set_d(s, r, receiver_state=KVPoll.Failed)
+    return s, (Event("poll_keyerror", r, "decode", ()),)
 
 
 def _d_digest(c: Ctx, s: State, r: int) -> Tuple:
@@ -1506,7 +1574,7 @@ def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     req = s.d[r]
     s = set_d(s, r, client_aborted=True)
     if req.stage in (DStage.PREALLOC, DStage.TRANSFER):
-        s = set_d(s, r, receiver_state=KVPoll.Failed)
+        s = set_d(receiver_fail(c, s, r), r, receiver_state=KVPoll.Failed)
         published = req.stage is DStage.TRANSFER  # init_time set: metadata sent
         if c.release.arm_before_send:
             return notify_abort(c, s, r, _all_ranks(c), arm=published), ()
@@ -1545,7 +1613,7 @@ def p_bootstrap_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 def _d_waiting_too_long(c, s, r):
     req = s.d[r]
-    return (req.stage is DStage.TRANSFER and req.receiver_state == KVPoll.WaitingForInput
+    return (req.stage is DStage.TRANSFER and receiver_poll(c, s, r) == KVPoll.WaitingForInput
             and not s.room_msgs("status", r))
 
 
@@ -1561,7 +1629,7 @@ def d_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     ``abort_notified``.  0.5.19/0.5.20 never arm the drain-ack tracker here
     (cc 19:1605-1619); 0.5.21+ arm it first (cc 21:2046-2049).  The poll is
     MIN-reduced over ranks, so the request fails on every rank."""
-    s = set_d(s, r, receiver_state=KVPoll.Failed)
+    s = set_d(receiver_fail(c, s, r), r, receiver_state=KVPoll.Failed)
     return notify_abort(c, s, r, (rank_of(arg),), arm=c.release.arm_before_send), ()
 
 

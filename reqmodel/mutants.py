@@ -42,10 +42,14 @@ MUTANTS: Dict[str, Release] = {
     # a door that refuses service to everyone
     "deny-all": attrs.evolve(R0521, name="deny-all", prefill_door=deny_prefill_door,
                              decode_door=deny_decode_door),
-    # mixed versions: a 0.5.22 prefill behind a decode that arms its tracker
-    # after the ABORT (0.5.20 style): the ABORT carries no generation, gets no
-    # target (mc 22:2838-2840) and so no ack; the holds wait for the timeout
-    # (upstream warns of mixed versions on the ack side, cc 22:870-873)
+    # mixed versions: a 0.5.22 prefill behind a 0.5.20-style decode, which
+    # arms its tracker after the ABORT and holds only the ranks that notified
+    # prefill (no force-arm on a prefill-reported failure): the ABORT carries
+    # no generation, gets no target (mc 22:2838-2840) and so no ack; the holds
+    # wait for the timeout (upstream warns of mixed versions on the ack side,
+    # cc 22:870-873).  Without the second half, a failure prefill reports for
+    # a write in flight reaches decode, whose 0.5.22 force-arm sends a
+    # generation-tagged ABORT, and the ack path works again.
     "generation-less-aborts": attrs.evolve(R0522, name="generation-less-aborts",
-                                           arm_before_send=False),
+                                           arm_before_send=False, hold_unnotified=False),
 }

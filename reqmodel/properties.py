@@ -250,6 +250,14 @@ prop(
 )
 
 
+prop(
+    name="no-poll-of-popped-room", kind="always", ref="#3",
+    text="Decode never polls a receiver whose request_status entry another request of the "
+         "same bootstrap_room has popped (check_status raises KeyError in the scheduler loop).",
+    transition=lambda pre, step, evs, post: not any(_events(evs, "poll_keyerror")),
+)
+
+
 def _acks_release_their_own_hold(pre, step, evs, post) -> bool:
     return all(e.info == (e.rid,) for e in _events(evs, "ack_release"))
 
@@ -293,7 +301,8 @@ def _room_state_released(s: State) -> bool:
             continue  # the room is still in use on the wire
         room = s.rooms[slot]
         if (room.status is not None or room.dst is not None or room.failure_record
-                or room.ack_to or room.poisoned or room.outstanding or s.d_rooms[slot].armed):
+                or room.ack_to or room.poisoned or room.outstanding or s.d_rooms[slot].armed
+                or s.d_rooms[slot].status is not None):
             return False
     return True
 
@@ -302,7 +311,8 @@ prop(
     name="room-state-released", kind="always", ref="#3",
     text="Once a request is gone from both workers and nothing of its room is in flight, no "
          "control-plane entry for its room remains (request_status, transfer_infos, "
-         "failure_records, ack targets, poison mark, outstanding count, decode's drain-ack tracker).",
+         "failure_records, ack targets, poison mark, outstanding count, decode's drain-ack tracker "
+         "and request_status).",
     state=_room_state_released,
 )
 

@@ -99,7 +99,7 @@ def changes(old: State, new: State) -> List[str]:
     for r, (a, b) in enumerate(zip(old.rooms, new.rooms)):
         out += _field_changes(f"room{r + 1}", a, b)
     for r, (a, b) in enumerate(zip(old.d_rooms, new.d_rooms)):
-        out += _field_changes(f"room{r + 1}.D tracker", a, b)
+        out += _field_changes(f"room{r + 1}.D", a, b)
     for i, (a, b) in enumerate(zip(old.d_pages, new.d_pages)):
         if a != b:
             parts = []
@@ -155,6 +155,9 @@ def event_text(e: Event) -> str:
             return ("the hold ends on a drain ack that answers "
                     + ", ".join(f"r{o}" for o in others) + "'s ABORT")
         return "the hold ends on its own drain ack"
+    if e.kind == "poll_keyerror":
+        return ("decode polls a room whose request_status another request popped: "
+                "KeyError, the decode scheduler stops")
     if e.kind == "status_dropped":
         return "decode drops a late status report (no receiver has the room)"
     if e.kind == "ack_dropped":

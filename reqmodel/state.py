@@ -202,9 +202,11 @@ class Room:
 
 @attrs.frozen(cache_hash=True)
 class DRoom:
-    """Decode's drain-ack tracker for one ``bootstrap_room``, per decode rank
-    (``_deferred_abort_ack_tracker[room]``, cc 19:386-406, 22:843-886): keyed
-    by room, not by request, so a later request of the room re-arms it."""
+    """Decode's state for one ``bootstrap_room``: the drain-ack tracker per
+    decode rank (``_deferred_abort_ack_tracker[room]``, cc 19:386-406,
+    22:843-886) and the KV manager's ``request_status[room]``.  Keyed by room,
+    not by request, so a later request of the room re-arms the tracker and
+    shares the status entry."""
 
     # (rank, generation, armer) of each armed tracker; generation 0 before
     # 0.5.22, which has none; armer (history) is the request that armed it
@@ -212,6 +214,10 @@ class DRoom:
     # (rank, origin) of each counted ack; origin (history) is the decode
     # request whose ABORT the ack answers
     acked: Tuple[Tuple[int, int], ...] = ()
+    # decode's own request_status[room]: created by a receiver, popped by
+    # any receiver of the room's clear() (the same on every decode rank: a
+    # status report reaches all of them)
+    status: Optional[KVPoll] = None
 
     def acked_ranks(self) -> Tuple[int, ...]:
         return tuple(k for k, _ in self.acked)

@@ -114,12 +114,33 @@ def test_an_ack_sent_before_a_queued_chunk_frees_the_page_it_lands_in():
         < steps.index(("xfer_dequeue", 0)) < steps.index(("d_attend", 1))
 
 
-def test_a_held_request_reads_the_tracker_the_later_request_armed():
-    """From 0.5.22 the ack is generation-checked but the release check is
-    not: an earlier held request is freed by the later request's drain ack
-    (is_abort_release_safe(room), cc 22:879-883).  Judging every held entry
-    before releasing any (dc 19:2413-2423) is what lets both go."""
-    assert verdict(releases.get("0.5.22"), ROOM_REUSE, ACK) == ("violated", 17)
+def test_a_failed_status_entry_keeps_the_later_request_out_from_0_5_20():
+    """Decode's request_status[room] is the room's.  While an earlier request
+    is held, its entry is Failed, and from 0.5.20 Failed is terminal (cc
+    20:395-412): the later request's receiver inherits it and fails at once,
+    so it never arms the room's tracker.  With 0.5.19's merge (a new state
+    replaces Failed, cc 19:365-380) the same 0.5.22 record lets the later
+    request in: the earlier hold is then freed by the later request's drain
+    ack (is_abort_release_safe(room), cc 22:879-883), and the earlier
+    request's clear() pops the entry the later receiver polls (KeyError)."""
+    popped = properties.CATALOG["no-poll-of-popped-room"]
+    r22 = releases.get("0.5.22")
+    assert verdict(r22, ROOM_REUSE, ACK)[0] == "holds"
+    assert verdict(r22, ROOM_REUSE, popped)[0] == "holds"
+    merged = attrs.evolve(r22, update_status=releases.get("0.5.19").update_status)
+    assert verdict(merged, ROOM_REUSE, ACK) == ("violated", 17)
+    assert verdict(merged, ROOM_REUSE, popped) == ("violated", 14)
+
+
+def test_the_earlier_clear_pops_the_later_receivers_status_on_0_5_19():
+    """0.5.19, deferral on: request 0 is held, request 1's receiver replaces
+    the Failed entry, request 0's drain ack releases it and its clear() pops
+    the entry; request 1's next poll raises KeyError in the scheduler."""
+    popped = properties.CATALOG["no-poll-of-popped-room"]
+    ex = explore.explore(releases.get("0.5.19"), ROOM_REUSE, [popped])
+    steps = [(s.action, s.rid) for s in ex.verdicts[popped.name].trace.steps]
+    assert len(steps) == 14 and steps[-1] == ("d_poll_popped_room", 1)
+    assert steps.index(("d_door", 1)) < steps.index(("d_recv_ack", 0))
 
 
 def test_a_late_status_is_dropped_only_while_no_receiver_has_the_room():
