@@ -837,7 +837,15 @@ def xfer_dequeue(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 
 def _write_in_flight(c, s, r):
-    return any(m.rid == r for m in s.room_msgs("write", r))
+    return bool(s.msgs("write", r))
+
+
+def land_write(s: State, r: int, pages: Tuple[int, ...]) -> Effect:
+    """r's KV lands in decode pages ``pages``, whatever they hold now."""
+    new = list(s.d_pages)
+    for pg in pages:
+        new[pg] = replace(new[pg], writer=r)
+    return replace(s, d_pages=tuple(new)), (Event("write", r, "transfer", pages),)
 
 
 @action("transfer", guard=_write_in_flight)
@@ -846,13 +854,8 @@ def xfer_write(c: Ctx, s: State, r: int, arg=()) -> Effect:
     pages looked up at dequeue, whatever they hold now; on the last chunk it
     writes aux into decode's metadata slot and reports the room's status to D
     (``conclude_transfer`` from 0.5.20, cc 20:507); then ``worker_done``."""
-    msg = next(m for m in s.room_msgs("write", r) if m.rid == r)
-    s = consume(s, msg)
-    pages = list(s.d_pages)
-    for pg in msg.pages:
-        pages[pg] = replace(pages[pg], writer=r)
-    s = replace(s, d_pages=tuple(pages))
-    evs = (Event("write", r, "transfer", msg.pages),)
+    msg = s.msgs("write", r)[0]
+    s, evs = land_write(consume(s, msg), r, msg.pages)
     if msg.last:
         slot = msg.slot
         if 0 <= slot < len(s.d_slots):
@@ -935,11 +938,7 @@ def xfer_stray_lands(c: Ctx, s: State, r: int, arg=()) -> Effect:
     the RDMA engine finishes the batch whatever prefill has decided since
     (mc 22:2413-2421: "a failed send may still be writing decode's pages")."""
     msg = s.msgs("stray", r)[0]
-    s = consume(s, msg)
-    pages = list(s.d_pages)
-    for pg in msg.pages:
-        pages[pg] = replace(pages[pg], writer=r)
-    return replace(s, d_pages=tuple(pages)), (Event("write", r, "transfer", msg.pages),)
+    return land_write(consume(s, msg), r, msg.pages)
 
 
 def _abort_arrived(c, s, r):
