@@ -90,6 +90,8 @@ class Action:
 
 
 RANK_ARG = ("rank",)  # the choice of actions that name a decode rank
+PRANK_ARG = ("prefill_rank",)  # ... that name a prefill rank (its transfer worker)
+CHANNEL_ARG = ("rank", "prefill_rank")  # ... that name a decode-prefill rank pair
 ACTIONS: List[Action] = []
 BY_NAME: Dict[str, Action] = {}
 
@@ -98,8 +100,9 @@ def action(actor: str, guard: Callable, choices: Callable = None, event: str = N
            arg_names: Tuple[str, ...] = (), optional_args: int = 0):
     """Register an action: ``guard(ctx, s, rid) -> bool`` first, effect below."""
     def deco(fn):
-        a = Action(fn.__name__, actor, guard, fn, choices, event, tuple(arg_names),
-                   1 if tuple(arg_names) == RANK_ARG else optional_args)
+        names = tuple(arg_names)
+        a = Action(fn.__name__, actor, guard, fn, choices, event, names,
+                   len(names) if names in (RANK_ARG, PRANK_ARG, CHANNEL_ARG) else optional_args)
         ACTIONS.append(a)
         BY_NAME[a.name] = a
         return fn
@@ -117,14 +120,20 @@ def set_d(s: State, r: int, **kw) -> State:
     return replace(s, d=s.d[:r] + (replace(s.d[r], **kw),) + s.d[r + 1:])
 
 
-def room_of(c: Ctx, s: State, r: int) -> Room:
-    """Prefill's KV manager entry for request r's ``bootstrap_room``."""
-    return s.rooms[s.room_slot(r)]
+def room_of(c: Ctx, s: State, r: int, q: int = 0) -> Room:
+    """Prefill rank q's KV manager entry for request r's ``bootstrap_room``
+    (each prefill TP rank has its own KV manager)."""
+    return s.rooms[s.room_index(r, q)]
 
 
-def set_room(c: Ctx, s: State, r: int, **kw) -> State:
-    k = s.room_slot(r)
+def set_room(c: Ctx, s: State, r: int, *, q: int = 0, **kw) -> State:
+    k = s.room_index(r, q)
     return replace(s, rooms=s.rooms[:k] + (replace(s.rooms[k], **kw),) + s.rooms[k + 1:])
+
+
+def pranks(c: Ctx) -> range:
+    """The prefill ranks: one KV manager, transfer worker and page slice each."""
+    return range(c.scenario.prefill.ranks)
 
 
 def d_room_of(c: Ctx, s: State, r: int) -> DRoom:
@@ -171,7 +180,7 @@ def receiver_clear(c: Ctx, s: State, r: int) -> State:
     """``CommonKVReceiver.clear()`` pops ``request_status[room]`` (with the
     response tracker), whichever request of the room created it (cc
     19:1622-1624, 20:1850, 21:2009, 22:2543, 23:2935)."""
-    return set_d_room(c, s, r, status=None)
+    return set_d_room(c, s, r, status=None, responded=())
 
 
 def send(s: State, msg: Msg) -> State:
@@ -190,51 +199,67 @@ def room_id(c: Ctx, r: int) -> int:
 def sender_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
     """Sender poll (mc 19:2399-2419): the latched conclude_state, else
     ``request_status[room]``, with Success reported as Transferring while
-    chunks of the room are still outstanding."""
-    room = room_of(c, s, r)
+    chunks of the room are still outstanding.  With several prefill ranks the
+    scheduler MIN-reduces the ranks' polls over the attention-TP group
+    (``poll_and_all_reduce_attn_cp_tp_group``, ut 19:220-231; pf 19:452,
+    20:467, 21:492, 22:482, 23:517), so it sees Success only once every rank
+    has it and Failed as soon as one has."""
     if s.p[r].concluded is not None:
         return s.p[r].concluded
-    if room.status == KVPoll.Success and outstanding(c, s, r):
-        return KVPoll.Transferring
-    return room.status
+    polls = []
+    for q in pranks(c):
+        room = room_of(c, s, r, q)
+        polls.append(KVPoll.Transferring if room.status == KVPoll.Success
+                     and outstanding(c, s, r, q) else room.status)
+    return None if None in polls else min(polls)
 
 
-def update_status(ctx: Ctx, s: State, r: int, new: KVPoll) -> State:
-    room = room_of(ctx, s, r)
+def update_status(ctx: Ctx, s: State, r: int, new: KVPoll, q: int = 0) -> State:
+    """``update_status(room, new)`` on prefill rank q's KV manager."""
+    room = room_of(ctx, s, r, q)
     status = ctx.release.update_status(room.status, new)
     if room.status is None and status is not None and ctx.release.new_room_drops_acks:
         # a new room lifecycle drops the ack state and the outstanding count
         # of the room's last user (cc 22:570-574)
-        return set_room(ctx, s, r, status=status, ack_to=(), poisoned=False, outstanding=0)
-    return set_room(ctx, s, r, status=status)
+        return set_room(ctx, s, r, q=q, status=status, ack_to=(), poisoned=False, outstanding=0)
+    return set_room(ctx, s, r, q=q, status=status)
 
 
 def sender_abort(ctx: Ctx, s: State, r: int) -> State:
-    """``CommonKVSender.abort`` (cc 1350/1578/1711/2147/2458): record a failure,
-    set Failed, latch ``conclude_state = Failed``.  Sends nothing to D."""
-    s = update_status(ctx, s, r, KVPoll.Failed)
-    return set_p(set_room(ctx, s, r, failure_record=True), r, concluded=KVPoll.Failed)
+    """``CommonKVSender.abort`` (cc 1350/1578/1711/2147/2458) on every prefill
+    rank (the scheduler runs it on each): record a failure, set Failed, latch
+    ``conclude_state = Failed``.  Sends nothing to D."""
+    for q in pranks(ctx):
+        s = set_room(ctx, update_status(ctx, s, r, KVPoll.Failed, q), r, q=q, failure_record=True)
+    return set_p(s, r, concluded=KVPoll.Failed)
 
 
-def pop_transfer_infos(c: Ctx, s: State, r: int) -> State:
+def pop_transfer_infos(c: Ctx, s: State, r: int, q: int = 0) -> State:
     """Pop ``transfer_infos[room]`` (decode's destinations, its peers) and
-    ``req_to_decode_prefix_len[room]``."""
-    return set_room(c, s, r, dst=None, dst_slot=-1, prefix=0, peers=())
+    ``req_to_decode_prefix_len[room]`` on prefill rank q."""
+    return set_room(c, s, r, q=q, dst=None, dst_slot=-1, prefix=0, peers=())
 
 
 def sender_clear(c: Ctx, s: State, r: int) -> State:
-    """``CommonKVSender.clear``: pop request_status, transfer_infos, prefix.  The
-    room's ack target: 0.5.19/0.5.20 drop it (cc 19:1345-1348), 0.5.21+ ack it
-    if the room has drained and keep it otherwise (cc 21:1700-1709)."""
-    s = set_room(c, pop_transfer_infos(c, s, r), r, status=None)
-    if c.release.clear_drops_ack_target:
-        return set_room(c, s, r, ack_to=())
-    return _maybe_ack_drained(c, s, r)
+    """``CommonKVSender.clear`` on every prefill rank: pop request_status,
+    transfer_infos, prefix.  The room's ack target: 0.5.19/0.5.20 drop it (cc
+    19:1345-1348), 0.5.21+ ack it if the room has drained and keep it
+    otherwise (cc 21:1700-1709)."""
+    for q in pranks(c):
+        s = set_room(c, pop_transfer_infos(c, s, r, q), r, q=q, status=None)
+        if c.release.clear_drops_ack_target:
+            s = set_room(c, s, r, q=q, ack_to=())
+        else:
+            s = _maybe_ack_drained(c, s, r, q)
+    return s
 
 
 def failure_exception(c: Ctx, s: State, r: int) -> State:
     """``failure_exception()``: clear(), pop failure_records[room], raise."""
-    return set_room(c, sender_clear(c, s, r), r, failure_record=False)
+    s = sender_clear(c, s, r)
+    for q in pranks(c):
+        s = set_room(c, s, r, q=q, failure_record=False)
+    return s
 
 
 def p_release_kv(s: State, r: int, unconditional: bool) -> Tuple[State, Tuple[Event, ...]]:
@@ -373,17 +398,19 @@ def p_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
         s = set_p(s, r, stage=PStage.GONE, finished_reason=ABORT_400)
         return stream_p(s, r, 400)
     s = set_p(s, r, stage=PStage.BOOTSTRAP, has_sender=True, pending_bootstrap=True)
-    s = update_status(c, s, r, KVPoll.Bootstrapping)
+    for q in pranks(c):  # one sender per prefill rank
+        s = update_status(c, s, r, KVPoll.Bootstrapping, q)
     return s, (Event("acquire", r, "prefill", ("sender",)),)
 
 
-def next_d_to_p(c: Ctx, s: State, r: int, rank: int = 0) -> Optional[Msg]:
-    """The oldest decode->prefill message of r's room from one decode rank,
-    if request r sent it: ``send_metadata`` and ``receiver.abort`` share that
-    rank's cached bootstrap socket, so they arrive in order."""
+def next_d_to_p(c: Ctx, s: State, r: int, rank: int = 0, q: int = 0) -> Optional[Msg]:
+    """The oldest decode->prefill message of r's room from decode rank ``rank``
+    to prefill rank ``q``, if request r sent it: ``send_metadata`` and
+    ``receiver.abort`` share the cached socket to that bootstrap endpoint, so
+    they arrive in order."""
     k = s.room_slot(r)
     for m in s.net:
-        if m.kind in D_TO_P and m.rank == rank and s.room_slot(m.rid) == k:
+        if m.kind in D_TO_P and m.rank == rank and m.prank == q and s.room_slot(m.rid) == k:
             return m if m.rid == r else None
     return None
 
@@ -393,6 +420,11 @@ def rank_of(arg: Tuple) -> int:
     return arg[0] if arg else 0
 
 
+def prank_of(arg: Tuple, i: int = 0) -> int:
+    """The prefill rank a step names at position i; one prefill rank: left out."""
+    return arg[i] if len(arg) > i else 0
+
+
 def rank_args(c: Ctx, ranks: Iterable[int]) -> Tuple[Tuple, ...]:
     ranks = tuple(ranks)
     if c.scenario.decode.ranks == 1:
@@ -400,35 +432,60 @@ def rank_args(c: Ctx, ranks: Iterable[int]) -> Tuple[Tuple, ...]:
     return tuple((k,) for k in ranks)
 
 
-def _d_to_p_ranks(c: Ctx, s: State, r: int, kind: str) -> Tuple[int, ...]:
-    return tuple(k for k in range(c.scenario.decode.ranks)
-                 if (m := next_d_to_p(c, s, r, k)) is not None and m.kind == kind)
+def prank_args(c: Ctx, qs: Iterable[int]) -> Tuple[Tuple, ...]:
+    qs = tuple(qs)
+    if c.scenario.prefill.ranks == 1:
+        return ((),) if 0 in qs else ()
+    return tuple((q,) for q in qs)
+
+
+def channel_args(c: Ctx, chans: Iterable[Tuple[int, int]]) -> Tuple[Tuple, ...]:
+    """Step arguments naming (decode rank, prefill rank) pairs, trailing
+    defaults left out: ``(k,)`` with several decode ranks, ``(0, q)`` with
+    several prefill ranks, ``()`` with one of each."""
+    chans = tuple(chans)
+    if c.scenario.prefill.ranks > 1:
+        return chans
+    return rank_args(c, (k for k, _ in chans))
+
+
+def channels(c: Ctx) -> Tuple[Tuple[int, int], ...]:
+    """The (decode rank, prefill rank) pairs that talk: every pair (one side
+    has a single rank), each a bootstrap connection of the receiver
+    (``bootstrap_infos``)."""
+    return tuple((k, q) for k in range(c.scenario.decode.ranks) for q in pranks(c))
+
+
+def _d_to_p_channels(c: Ctx, s: State, r: int, kind: str) -> Tuple[Tuple[int, int], ...]:
+    return tuple((k, q) for k, q in channels(c)
+                 if (m := next_d_to_p(c, s, r, k, q)) is not None and m.kind == kind)
 
 
 def _metadata_arrived(c, s, r):
-    return bool(_d_to_p_ranks(c, s, r, "metadata"))
+    return bool(_d_to_p_channels(c, s, r, "metadata"))
 
 
-def _metadata_ranks(c, s, r):
-    return rank_args(c, _d_to_p_ranks(c, s, r, "metadata"))
+def _metadata_channels(c, s, r):
+    return channel_args(c, _d_to_p_channels(c, s, r, "metadata"))
 
 
-@action("prefill", guard=_metadata_arrived, choices=_metadata_ranks, arg_names=RANK_ARG)
+@action("prefill", guard=_metadata_arrived, choices=_metadata_channels, arg_names=CHANNEL_ARG)
 def p_recv_metadata(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """P's bootstrap thread receives one decode rank's destinations (mc 19:2116-2135;
-    21:2551-2571; 23:3034): adds it to ``transfer_infos[room]`` and, once every
-    rank's (``required_dst_info_num``) has arrived, sets WaitingForInput through
-    ``update_status``, whether or not a local sender exists.  Ranks allocate in
-    lockstep, so each names the same page indices of its own pool."""
-    k = rank_of(arg)
-    msg = next_d_to_p(c, s, r, k)
+    """Prefill rank q's bootstrap thread receives one decode rank's destinations
+    (mc 19:2116-2135; 21:2551-2571; 23:3034): adds it to ``transfer_infos[room]``
+    and, once every decode rank's (``required_dst_info_num``) has arrived, sets
+    WaitingForInput through ``update_status``, whether or not a local sender
+    exists.  Ranks allocate in lockstep, so each names the same page indices
+    of its own pool."""
+    k, q = rank_of(arg), prank_of(arg, 1)
+    msg = next_d_to_p(c, s, r, k, q)
     s = consume(s, msg)
-    peers = tuple(sorted(set(room_of(c, s, r).peers) | {k}))
-    s = set_room(c, s, r, dst=msg.pages, dst_slot=msg.slot, peers=peers,
+    peers = tuple(sorted(set(room_of(c, s, r, q).peers) | {k}))
+    s = set_room(c, s, r, q=q, dst=msg.pages, dst_slot=msg.slot, peers=peers,
                  prefix=msg.checksum[0] if msg.checksum else 0)
     if len(peers) < c.scenario.decode.ranks:
         return s, ()
-    return update_status(c, s, r, KVPoll.WaitingForInput), ()
+    return update_status(c, s, r, KVPoll.WaitingForInput, q), ()
 
 
 def _can_take_metadata(c, s, r):
@@ -620,12 +677,12 @@ def send_kv_chunk(c: Ctx, s: State, r: int, end: int) -> Effect:
     start = req.sent
     if start >= end:
         return s, ()
-    room = room_of(c, s, r)
-    prefix = room.prefix
+    prefix = room_of(c, s, r).prefix
     last = req.send_pages >= 0 and end - prefix >= req.send_pages
     s = set_p(s, r, sent=end)
-    if takes_chunks(room):
-        s = send(s, Msg("chunk", r, pages=(start - prefix, end - prefix), last=last))
+    for q in pranks(c):  # every prefill rank's sender sends its own heads
+        if takes_chunks(room_of(c, s, r, q)):
+            s = send(s, Msg("chunk", r, pages=(start - prefix, end - prefix), last=last, prank=q))
     return s, (Event("send", r, "prefill", (last, req.holds_metadata)),)
 
 
@@ -768,34 +825,49 @@ def p_inflight(c: Ctx, s: State, r: int, arg=()) -> Effect:
 # ================================================================ transfer worker
 
 
-def outstanding(c: Ctx, s: State, r: int) -> bool:
-    """``_staging_outstanding[room] > 0``.  The worker counts a chunk when it
-    dequeues it, "so `outstanding == 0` means nothing is dequeued or in
-    flight" (mc 19:1670-1676, 20:1863-1869, 21:2110-2116, 22:2454-2460,
-    23:2519-2525): a chunk still in the queue does not count."""
-    return room_of(c, s, r).outstanding > 0
+def outstanding(c: Ctx, s: State, r: int, q: int = 0) -> bool:
+    """``_staging_outstanding[room] > 0`` on prefill rank q.  The worker counts
+    a chunk when it dequeues it, "so `outstanding == 0` means nothing is
+    dequeued or in flight" (mc 19:1670-1676, 20:1863-1869, 21:2110-2116,
+    22:2454-2460, 23:2519-2525): a chunk still in the queue does not count."""
+    return room_of(c, s, r, q).outstanding > 0
 
 
-def _worker_busy(s: State, r: int) -> bool:
-    return bool(s.room_msgs("write", r))
+def rank_msgs(s: State, kind: str, r: int, q: int) -> Tuple[Msg, ...]:
+    """Messages of one kind on r's room from (or to) prefill rank q, oldest first."""
+    return tuple(m for m in s.room_msgs(kind, r) if m.prank == q)
+
+
+def _worker_busy(s: State, r: int, q: int) -> bool:
+    return bool(rank_msgs(s, "write", r, q))
+
+
+def _queued_ranks(c, s, r):
+    """Prefill ranks whose worker can take r's chunk: the oldest chunk of r's
+    room on that rank is r's (the queue of a room is FIFO), and the worker is
+    not busy with the room: one queue per destination session, one worker
+    thread per queue, so a room's chunks are handled one at a time."""
+    out = []
+    for q in pranks(c):
+        queue = rank_msgs(s, "chunk", r, q)
+        if queue and queue[0].rid == r and not _worker_busy(s, r, q):
+            out.append(q)
+    return out
 
 
 def _chunk_queued(c, s, r):
-    """The oldest chunk of r's room is r's (the queue of a room is FIFO), and
-    the worker is not busy with the room: one queue per destination session,
-    one worker thread per queue, so a room's chunks are handled one at a time."""
-    queue = s.room_msgs("chunk", r)
-    return bool(queue) and queue[0].rid == r and not _worker_busy(s, r)
+    return bool(_queued_ranks(c, s, r))
 
 
-def _maybe_ack_drained(c: Ctx, s: State, r: int) -> State:
-    """``_maybe_ack_drained_abort`` (cc 19:432-439, 21:705-727, 22:908-925): once no
-    chunk of the room is outstanding, the registered targets get their ABORT_ACK
-    (0.5.21 also every ``transfer_infos`` peer); a poisoned room never acks."""
-    room = room_of(c, s, r)
-    if not room.ack_to or outstanding(c, s, r):
+def _maybe_ack_drained(c: Ctx, s: State, r: int, q: int = 0) -> State:
+    """``_maybe_ack_drained_abort`` (cc 19:432-439, 21:705-727, 22:908-925) on
+    prefill rank q: once no chunk of the room is outstanding, the registered
+    targets get their ABORT_ACK, which names the prefill rank (0.5.21 also
+    every ``transfer_infos`` peer); a poisoned room never acks."""
+    room = room_of(c, s, r, q)
+    if not room.ack_to or outstanding(c, s, r, q):
         return s
-    s = set_room(c, s, r, ack_to=())
+    s = set_room(c, s, r, q=q, ack_to=())
     if room.poisoned:
         return s
     targets = {k: (gen, origin) for k, gen, origin in room.ack_to}
@@ -805,11 +877,12 @@ def _maybe_ack_drained(c: Ctx, s: State, r: int) -> State:
             targets.setdefault(k, (0, origin))
     for k in sorted(targets):
         gen, origin = targets[k]
-        s = send(s, Msg("ack", origin, rank=k, gen=gen))
+        s = send(s, Msg("ack", origin, rank=k, gen=gen, prank=q))
     return s
 
 
-@action("transfer", guard=_chunk_queued)
+@action("transfer", guard=_chunk_queued, choices=lambda c, s, r: prank_args(c, _queued_ranks(c, s, r)),
+        arg_names=PRANK_ARG)
 def xfer_dequeue(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Mooncake ``transfer_worker`` (mc 1645/1838/2080/2423/2488) takes the room's
     oldest chunk and counts it outstanding (``outstanding``).  A Failed or
@@ -818,44 +891,54 @@ def xfer_dequeue(c: Ctx, s: State, r: int, arg=()) -> Effect:
     now, ``dst_kv_indices[index_slice]`` (mc 1754/1939/2186/2550/2623; a short
     ``dst`` truncates the source, mc 19:1764-1775) and the aux slot, and the
     write is in flight: whatever happens to the room or to those pages from
-    here on, ``xfer_write`` lands in them."""
-    msg = s.room_msgs("chunk", r)[0]
+    here on, ``xfer_write`` lands in them.  Each prefill rank has its own
+    worker and moves its own heads."""
+    q = prank_of(arg)
+    msg = rank_msgs(s, "chunk", r, q)[0]
     s = consume(s, msg)
-    room = room_of(c, s, r)
+    room = room_of(c, s, r, q)
     if not takes_chunks(room):
-        s = set_room(c, s, r, outstanding=0)
-        return _maybe_ack_drained(c, s, r), (Event("xfer_skip", r, "transfer", ()),)
-    s = set_room(c, s, r, outstanding=room.outstanding + 1)
+        s = set_room(c, s, r, q=q, outstanding=0)
+        return _maybe_ack_drained(c, s, r, q), (Event("xfer_skip", r, "transfer", ()),)
+    s = set_room(c, s, r, q=q, outstanding=room.outstanding + 1)
     a, b = msg.pages
     checksum, covered = None, 0
     if msg.last:
         if c.release.checksum and c.scenario.prefill.kv_checksum:
-            checksum = _p_digest(c, s, r)
+            checksum = _p_digest(c, s, r, q)
         covered = room.prefix + max(s.p[r].send_pages, 0)
     return send(s, Msg("write", r, pages=room.dst[a:b], last=msg.last, slot=room.dst_slot,
-                       checksum=checksum, covered=covered)), ()
+                       checksum=checksum, covered=covered, prank=q)), ()
+
+
+def _write_ranks(c, s, r, kind="write"):
+    return sorted({m.prank for m in s.msgs(kind, r)})
 
 
 def _write_in_flight(c, s, r):
     return bool(s.msgs("write", r))
 
 
-def land_write(s: State, r: int, pages: Tuple[int, ...]) -> Effect:
-    """r's KV lands in decode pages ``pages``, whatever they hold now."""
+def land_write(s: State, r: int, pages: Tuple[int, ...], q: int) -> Effect:
+    """Prefill rank q's part of r's KV lands in decode pages ``pages``,
+    whatever they hold now."""
     new = list(s.d_pages)
     for pg in pages:
-        new[pg] = replace(new[pg], writer=r)
+        new[pg] = new[pg].with_slice(q, r)
     return replace(s, d_pages=tuple(new)), (Event("write", r, "transfer", pages),)
 
 
-@action("transfer", guard=_write_in_flight)
+@action("transfer", guard=_write_in_flight, choices=lambda c, s, r: prank_args(c, _write_ranks(c, s, r)),
+        arg_names=PRANK_ARG)
 def xfer_write(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """The worker's write lands (``batch_transfer_sync``, mc 19:1760-1900) in the
-    pages looked up at dequeue, whatever they hold now; on the last chunk it
-    writes aux into decode's metadata slot and reports the room's status to D
+    """Prefill rank q's write lands (``batch_transfer_sync``, mc 19:1760-1900) in
+    the pages looked up at dequeue, whatever they hold now; on the last chunk
+    it writes aux into decode's metadata slot (every prefill rank writes it,
+    mc 22:2724-2733) and reports the room's status to D, naming its rank
     (``conclude_transfer`` from 0.5.20, cc 20:507); then ``worker_done``."""
-    msg = s.msgs("write", r)[0]
-    s, evs = land_write(consume(s, msg), r, msg.pages)
+    q = prank_of(arg)
+    msg = next(m for m in s.msgs("write", r) if m.prank == q)
+    s, evs = land_write(consume(s, msg), r, msg.pages, q)
     if msg.last:
         slot = msg.slot
         if 0 <= slot < len(s.d_slots):
@@ -863,45 +946,54 @@ def xfer_write(c: Ctx, s: State, r: int, arg=()) -> Effect:
             slots[slot] = replace(slots[slot], room=room_id(c, r), checksum=msg.checksum,
                                   covered_pages=msg.covered)
             s = replace(s, d_slots=tuple(slots))
-        room = room_of(c, s, r)
+        room = room_of(c, s, r, q)
         final = KVPoll.Success
         if c.release.conclude_transfer and (room.failure_record or room.status == KVPoll.Failed):
             final = KVPoll.Failed
-        s = update_status(c, s, r, final)
-        s = send(s, Msg("status", r, poll=final))
-    return worker_done(c, s, r, msg.last), evs
+        s = update_status(c, s, r, final, q)
+        s = send(s, Msg("status", r, poll=final, prank=q))
+    return worker_done(c, s, r, msg.last, q), evs
 
 
-def worker_done(c: Ctx, s: State, r: int, last: bool) -> State:
-    """The end of the worker's iteration on one of the room's chunks: the
-    outstanding count drops (mc 19:1970, 20:2143, 21:2393, 22:2773, 23:2845),
-    a drained abort is acked, and a concluded room with nothing outstanding
-    is torn down (mc 19:1980-1991, 20:2153-2164, 21:2403-2414, 22:2783-2793,
-    23:2855-2865)."""
-    s = set_room(c, s, r, outstanding=room_of(c, s, r).outstanding - 1)
-    s = _maybe_ack_drained(c, s, r)
-    room = room_of(c, s, r)
+def worker_done(c: Ctx, s: State, r: int, last: bool, q: int = 0) -> State:
+    """The end of prefill rank q's worker iteration on one of the room's
+    chunks: the outstanding count drops (mc 19:1970, 20:2143, 21:2393,
+    22:2773, 23:2845), a drained abort is acked, and a concluded room with
+    nothing outstanding is torn down (mc 19:1980-1991, 20:2153-2164,
+    21:2403-2414, 22:2783-2793, 23:2855-2865)."""
+    s = set_room(c, s, r, q=q, outstanding=room_of(c, s, r, q).outstanding - 1)
+    s = _maybe_ack_drained(c, s, r, q)
+    room = room_of(c, s, r, q)
     if room.outstanding <= 0 and (room.status in (None, KVPoll.Success)
                                   or (last and room.status == KVPoll.Failed)):
-        s = set_room(c, pop_transfer_infos(c, s, r), r, outstanding=0)
+        s = set_room(c, pop_transfer_infos(c, s, r, q), r, q=q, outstanding=0)
     return s
 
 
-def _p_digest(c: Ctx, s: State, r: int) -> Tuple:
+def _p_digest(c: Ctx, s: State, r: int, q: int = 0) -> Tuple:
     """P's KV checksum over its own range (§5.8): 0.5.21/22 ``[0, min(extend_end,
     len(origin)))``; 0.5.23 from ``disagg_decode_prefix_len``.  The digest of a
     range of P's own KV is modelled as (request, first page, length)."""
     req = s.p[r]
-    start = room_of(c, s, r).prefix if c.release.checksum == "suffix" else 0
+    start = room_of(c, s, r, q).prefix if c.release.checksum == "suffix" else 0
     return (r, start, min(req.extend_end, req.origin_pages) - start)
 
 
+def _failing_ranks(c, s, r):
+    out = []
+    for q in pranks(c):
+        room = room_of(c, s, r, q)
+        if room.status in (KVPoll.WaitingForInput, KVPoll.Transferring) and room.dst is not None:
+            out.append(q)
+    return out
+
+
 def _room_can_fail(c, s, r):
-    st = room_of(c, s, r).status
-    return st in (KVPoll.WaitingForInput, KVPoll.Transferring) and room_of(c, s, r).dst is not None
+    return bool(_failing_ranks(c, s, r))
 
 
-@action("transfer", guard=_room_can_fail, event="transfer_failure")
+@action("transfer", guard=_room_can_fail, event="transfer_failure",
+        choices=lambda c, s, r: prank_args(c, _failing_ranks(c, s, r)), arg_names=PRANK_ARG)
 def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """A transfer failure in the Mooncake ``transfer_worker`` (mc
     1645/1838/2080/2423/2488): ``record_failure``, room Failed, ``(room,
@@ -913,18 +1005,20 @@ def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
     finishes the chunk as usual (``worker_done``); from 0.5.22 it first
     poisons the room, which then never acks (mc 22:2677, 22:2698).  Without
     a write in flight it is a failure found before a send (a session already
-    failed, the heartbeat), which poisons nothing."""
-    inflight = s.room_msgs("write", r)
+    failed, the heartbeat), which poisons nothing.  Only prefill rank q's
+    KV manager fails; the others go on."""
+    q = prank_of(arg)
+    inflight = rank_msgs(s, "write", r, q)
     if inflight:
         w = inflight[0]
-        s = send(consume(s, w), Msg("stray", w.rid, pages=w.pages))
-    s = update_status(c, s, r, KVPoll.Failed)
-    s = set_room(c, s, r, failure_record=True)
+        s = send(consume(s, w), Msg("stray", w.rid, pages=w.pages, prank=q))
+    s = update_status(c, s, r, KVPoll.Failed, q)
+    s = set_room(c, s, r, q=q, failure_record=True)
     if inflight and c.release.poison_failed_rooms:
-        s = set_room(c, s, r, poisoned=True, ack_to=())
-    s = send(s, Msg("status", r, poll=KVPoll.Failed))
+        s = set_room(c, s, r, q=q, poisoned=True, ack_to=())
+    s = send(s, Msg("status", r, poll=KVPoll.Failed, prank=q))
     if inflight:
-        s = worker_done(c, s, r, inflight[0].last)
+        s = worker_done(c, s, r, inflight[0].last, q)
     return s, ()
 
 
@@ -932,21 +1026,23 @@ def _stray_write(c, s, r):
     return bool(s.msgs("stray", r))
 
 
-@action("transfer", guard=_stray_write)
+@action("transfer", guard=_stray_write,
+        choices=lambda c, s, r: prank_args(c, _write_ranks(c, s, r, "stray")), arg_names=PRANK_ARG)
 def xfer_stray_lands(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """A write the worker gave up on (``xfer_fail``) lands in decode's pages:
     the RDMA engine finishes the batch whatever prefill has decided since
     (mc 22:2413-2421: "a failed send may still be writing decode's pages")."""
-    msg = s.msgs("stray", r)[0]
-    return land_write(consume(s, msg), r, msg.pages)
+    q = prank_of(arg)
+    msg = next(m for m in s.msgs("stray", r) if m.prank == q)
+    return land_write(consume(s, msg), r, msg.pages, q)
 
 
 def _abort_arrived(c, s, r):
-    return bool(_d_to_p_ranks(c, s, r, "abort"))
+    return bool(_d_to_p_channels(c, s, r, "abort"))
 
 
-def _abort_ranks(c, s, r):
-    return rank_args(c, _d_to_p_ranks(c, s, r, "abort"))
+def _abort_channels(c, s, r):
+    return channel_args(c, _d_to_p_channels(c, s, r, "abort"))
 
 
 def register_ack_target(c: Ctx, s: State, msg: Msg) -> State:
@@ -956,23 +1052,23 @@ def register_ack_target(c: Ctx, s: State, msg: Msg) -> State:
     keep one target per decode endpoint with its generation, none for a
     poisoned room (cc 22:927-943).  Each target remembers (as history) the
     decode request whose ABORT registered it."""
-    r, rank, gen = msg.rid, msg.rank, msg.gen
-    room = room_of(c, s, r)
+    r, rank, gen, q = msg.rid, msg.rank, msg.gen, msg.prank
+    room = room_of(c, s, r, q)
     if c.release.ack_targets == "last":
-        return set_room(c, s, r, ack_to=((rank, gen, r),))
+        return set_room(c, s, r, q=q, ack_to=((rank, gen, r),))
     if c.release.ack_targets == "fan-out":
-        return set_room(c, s, r, ack_to=((rank, gen, r),) + tuple(
+        return set_room(c, s, r, q=q, ack_to=((rank, gen, r),) + tuple(
             (k, 0, r) for k in room.peers if k != rank))
     if room.poisoned:
         return s
     targets = {k: (k, g, o) for k, g, o in room.ack_to}
     targets[rank] = (rank, gen, r)
-    return set_room(c, s, r, ack_to=tuple(sorted(targets.values())))
+    return set_room(c, s, r, q=q, ack_to=tuple(sorted(targets.values())))
 
 
-@action("prefill", guard=_abort_arrived, choices=_abort_ranks, arg_names=RANK_ARG)
+@action("prefill", guard=_abort_arrived, choices=_abort_channels, arg_names=CHANNEL_ARG)
 def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """P's bootstrap thread handles a decode rank's ABORT (mc 19:2022-2088,
+    """Prefill rank q's bootstrap thread handles a decode rank's ABORT (mc 19:2022-2088,
     20:2195, 21:2449-2522, 22:2814-2849, 23:2886-2955).  An active room (present,
     not Success) becomes Failed.  Without deferral P replies with a 2-frame ack
     that decode never counts (mc 19:2173-2180), so nothing is modelled.  With
@@ -980,14 +1076,14 @@ def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     once if it is inactive and drained, and do nothing otherwise; 0.5.21
     registers if active or outstanding; 0.5.22+ register every ABORT that
     carries a generation.  A registered target is acked once the room drains."""
-    k = rank_of(arg)
-    msg = next_d_to_p(c, s, r, k)
+    k, q = rank_of(arg), prank_of(arg, 1)
+    msg = next_d_to_p(c, s, r, k, q)
     s = consume(s, msg)
-    room = room_of(c, s, r)
+    room = room_of(c, s, r, q)
     active = room.status is not None and room.status != KVPoll.Success
-    busy = outstanding(c, s, r)
+    busy = outstanding(c, s, r, q)
     if active:
-        s = update_status(c, s, r, KVPoll.Failed)
+        s = update_status(c, s, r, KVPoll.Failed, q)
     if not c.deferred:
         return s, ()
     if c.release.ack_targets == "per-endpoint":
@@ -997,9 +1093,9 @@ def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     else:
         register = active
     if register:
-        return _maybe_ack_drained(c, register_ack_target(c, s, msg), r), ()
+        return _maybe_ack_drained(c, register_ack_target(c, s, msg), r, q), ()
     if c.release.ack_targets != "per-endpoint" and not busy:
-        s = send(s, Msg("ack", r, rank=k))
+        s = send(s, Msg("ack", r, rank=k, prank=q))
     return s, ()
 
 
@@ -1080,7 +1176,7 @@ def page_choices(s: State, need: int) -> Iterable[Tuple[int, ...]]:
                     refs[p].append(("msg", m.rid, i))
     classes: Dict[Tuple, List[int]] = {}
     for p in free:
-        classes.setdefault((s.d_pages[p].writer is None, s.d_pages[p].writer or 0,
+        classes.setdefault((tuple((w is None, w or 0) for w in s.d_pages[p].writers),
                             tuple(refs[p])), []).append(p)
     keys = sorted(classes)
 
@@ -1170,8 +1266,9 @@ def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = replace(s, d_pages=tuple(pages), d_slots=tuple(slots))
     s = set_d(s, r, stage=DStage.TRANSFER, pages=tuple(chosen), prefix_pages=prefix,
               meta_slot=slot)
-    for k in range(c.scenario.decode.ranks):
-        s = send(s, Msg("metadata", r, pages=tuple(chosen), slot=slot, checksum=(prefix,), rank=k))
+    for k, q in channels(c):  # to every prefill rank the receiver bootstraps from
+        s = send(s, Msg("metadata", r, pages=tuple(chosen), slot=slot, checksum=(prefix,),
+                        rank=k, prank=q))
     if req.rebootstrap:  # submit_prefill_recompute (dc 21:1748-1752)
         s = send(s, Msg("recompute", r))
     return s, (Event("prealloc", r, "decode", (is_aborted(req),)),
@@ -1211,26 +1308,48 @@ def _transferred_ready(c, s, r):
         bool(s.room_msgs("status", r)) or polled == KVPoll.Failed)
 
 
-@action("decode", guard=_transferred_ready)
+def _reporting_ranks(c, s, r, mine=False):
+    """Prefill ranks with a status report on r's room in flight (with
+    ``mine``, of r's own): reports of different ranks arrive in any order."""
+    msgs = s.msgs("status", r) if mine else s.room_msgs("status", r)
+    return sorted({m.prank for m in msgs})
+
+
+def _report_choices(c, s, r):
+    ranks = _reporting_ranks(c, s, r)
+    return prank_args(c, ranks) if ranks else ((),)
+
+
+@action("decode", guard=_transferred_ready, choices=_report_choices, arg_names=PRANK_ARG)
 def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """D3 ``pop_transferred`` (dc 2245/2331/2616/2728/2833).  Success: the
     ``commit_check`` guard point on the slot's room (``_commit_transfer_to_req``),
     then the waiting queue and the slot freed.  Failed: ``prepare_abort(500)``,
     stream, then release now or hold until the drain ack (§5.5)."""
     req = s.d[r]
-    status = s.room_msgs("status", r)
+    status = rank_msgs(s, "status", r, prank_of(arg))
     if status:
         # decode's KV manager thread applies the report to request_status[room]
-        # (mc 19:2188-2206, cc 20:569 ... 23:921): Success counts for a room it
-        # tracks, Failed never re-creates one
+        # (mc 19:2188-2206, cc 20:569-614 ... 23:930-975): a Success counts in
+        # the room's prefill_response_tracker if the room is tracked, and sets
+        # Success once every prefill rank is in it; Failed never re-creates one
         s = consume(s, status[0])
         if status[0].poll == KVPoll.Success:
-            entry = d_room_of(c, s, r).status
-            s = set_d_room(c, s, r, status=c.release.update_status(entry, KVPoll.Success))
+            t = d_room_of(c, s, r)
+            if t.status is not None:
+                q = status[0].prank
+                responded = tuple(sorted({x for x in t.responded if x[0] != q}
+                                         | {(q, status[0].rid)}))
+                s = set_d_room(c, s, r, responded=responded)
+                if len(responded) >= c.scenario.prefill.ranks:
+                    s = set_d_room(c, s, r, status=c.release.update_status(t.status, KVPoll.Success))
         else:
             s = receiver_fail(c, s, r)
     poll = receiver_poll(c, s, r)
+    if poll is not None and poll not in (KVPoll.Success, KVPoll.Failed):
+        return s, ()  # not every prefill rank has reported yet
     if poll == KVPoll.Success:
+        counted = d_room_of(c, s, r).responded
         slot = s.d_slots[req.meta_slot]
         refused = c.release.commit_check(req, slot, room_id(c, r))
         if refused is None:
@@ -1245,8 +1364,10 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
                       expected_checksum=expected, has_receiver=False, is_retracted=False,
                       rebootstrap=False)
             # info: the room the commit check compared against, and (history)
-            # the request whose transfer reported the Success
-            return s, (Event("commit", r, "decode", (room_id(c, r), status[0].rid)),)
+            # the (prefill rank, request) of each Success report counted, and
+            # how many prefill ranks must report
+            return s, (Event("commit", r, "decode",
+                             (room_id(c, r), counted, c.scenario.prefill.ranks)),)
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=refused,
                   cache_handle=False, session_slot=False)
         return stream_d(s, r, refused.status)
@@ -1281,7 +1402,9 @@ def _late_status(c, s, r):
     return any(s.d[u].stage in (DStage.ABSENT, DStage.DOOR) for u in users)
 
 
-@action("decode", guard=_late_status)
+@action("decode", guard=_late_status,
+        choices=lambda c, s, r: prank_args(c, _reporting_ranks(c, s, r, mine=True)),
+        arg_names=PRANK_ARG)
 def d_drop_late_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Decode's KV manager drops a prefill status for a room it no longer
     tracks (``apply_prefill_status``: "Dropping late status for cleared room",
@@ -1289,7 +1412,9 @@ def d_drop_late_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
     a Success and never resurrects a room with Failed, mc 19:2188-2206,
     cc 19:365-373).  Once a later request of the room has its receiver, the
     same message counts as that request's."""
-    return consume(s, s.msgs("status", r)[0]), (Event("status_dropped", r, "decode", ()),)
+    q = prank_of(arg)
+    msg = next(m for m in s.msgs("status", r) if m.prank == q)
+    return consume(s, msg), (Event("status_dropped", r, "decode", ()),)
 
 
 def _status_popped(c, s, r):
@@ -1317,7 +1442,7 @@ def _d_digest(c: Ctx, s: State, r: int) -> Tuple:
     req = s.d[r]
     start = req.prefix_pages if c.release.checksum == "suffix" else 0
     length = req.origin_pages - start
-    own = all(s.d_pages[p].writer == r for p in req.pages[max(start - req.prefix_pages, 0):])
+    own = all(s.d_pages[p].written_by(r) for p in req.pages[max(start - req.prefix_pages, 0):])
     return (r, start, length) if own else ("mismatch",)
 
 
@@ -1335,7 +1460,7 @@ def d_attend(c: Ctx, s: State, r: int, arg=()) -> Effect:
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=ABORT_500,
                   cache_handle=False, session_slot=False)
         return stream_d(s, r, 500)
-    foreign = tuple(p for p in req.pages if s.d_pages[p].writer not in (None, r))
+    foreign = tuple(p for p in req.pages if s.d_pages[p].foreign_to(r))
     s = set_d(s, r, stage=DStage.RUNNING, expected_checksum=None,
               read_foreign=req.read_foreign or bool(foreign))
     return s, (Event("read", r, "decode", (bool(foreign), foreign)),)
@@ -1391,7 +1516,7 @@ def d_resume(c: Ctx, s: State, r: int, arg=()) -> Effect:
     _, chosen = arg
     pages = list(s.d_pages)
     for pg in chosen:
-        pages[pg] = Page(owner=r, writer=r)
+        pages[pg] = replace(pages[pg], owner=r).all_written_by(r)
     s = replace(s, d_pages=tuple(pages))
     s = set_d(s, r, stage=DStage.WAITING, pages=tuple(chosen), prefix_pages=0,
               retraction_backup=False, is_retracted=False)
@@ -1456,7 +1581,8 @@ def notify_abort(c: Ctx, s: State, r: int, ranks: Tuple[int, ...], arm: bool) ->
         if arming:
             gen = fresh_generation(c, s, r) if c.release.ack_generations else 0
             s = arm_tracker(c, s, r, k, gen)
-        s = send(s, Msg("abort", r, rank=k, gen=gen))
+        for q in pranks(c):  # to every prefill rank of its bootstrap_infos
+            s = send(s, Msg("abort", r, rank=k, gen=gen, prank=q))
     return set_d(s, r, notified=tuple(sorted(set(req.notified) | set(new))))
 
 
@@ -1473,30 +1599,34 @@ def fresh_generation(c: Ctx, s: State, r: int) -> int:
     """A generation no ABORT, target, tracker or ack of r's room carries yet:
     decode's counter is global and only grows (cc 22:845)."""
     used = [a[1] for a in d_room_of(c, s, r).armed]
-    used += [t[1] for t in room_of(c, s, r).ack_to]
+    used += [t[1] for q in pranks(c) for t in room_of(c, s, r, q).ack_to]
     k = s.room_slot(r)
     used += [m.gen for m in s.net if m.kind in ("abort", "ack") and s.room_slot(m.rid) == k]
     return max(used, default=0) + 1
 
 
-def resolve_held(c: Ctx, s: State, r: int, acks: Optional[Dict[int, int]] = None) -> Effect:
+def resolve_held(c: Ctx, s: State, r: int, tracker: Optional[DRoom] = None) -> Effect:
     """``resolve_deferred_releases`` (dc 19:2405-2436 ... 23:3046-3090): a rank
-    whose tracker for the room has an ack releases its hold
-    (``is_abort_release_safe(room)``: the tracker is the room's, whoever armed
-    it).  Up to 0.5.22 each rank decides alone; 0.5.23 MIN-reduces readiness,
-    so the ranks release together.  The pool is one picture of every rank's
-    pool in lockstep: its pages free when the last rank lets go (the ranks in
+    whose tracker for the room has an ack from every prefill rank it
+    bootstrapped from releases its hold (``is_abort_release_safe(room,
+    required_acks)``, ``required_acks = len(bootstrap_infos)``, dc
+    19:2416, 22:2894-2898; the tracker is the room's, whoever armed it).  Up
+    to 0.5.22 each rank decides alone; 0.5.23 MIN-reduces readiness, so the
+    ranks release together.  The pool is one picture of every rank's pool in
+    lockstep: its pages free when the last rank lets go (the ranks in
     between have diverged)."""
     req = s.d[r]
     if req.stage is not DStage.HELD:
         return s, ()
-    if acks is None:
-        acks = dict(d_room_of(c, s, r).acked)
-    ready = tuple(k for k in req.held if k in acks)
+    if tracker is None:
+        tracker = d_room_of(c, s, r)
+    required = c.scenario.prefill.ranks
+    ready = tuple(k for k in req.held if len(tracker.acked_by(k)) >= required)
     if not ready or (c.release.release_reduced and len(ready) < len(req.held)):
         return s, ()
     # history: whose ABORT the acks that free this hold answered
-    evs = (Event("ack_release", r, "decode", tuple(sorted({acks[k] for k in ready}))),)
+    evs = (Event("ack_release", r, "decode",
+                 tuple(sorted({o for k, _, o in tracker.acked if k in ready}))),)
     held = tuple(k for k in req.held if k not in ready)
     if held:
         return set_d(s, r, held=held), evs + (Event("rank_release", r, "decode", ready),)
@@ -1596,18 +1726,25 @@ def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
 # ================================================================ timeouts and acks
 
 
+def _bootstrapping_ranks(c, s, r):
+    return [q for q in pranks(c) if room_of(c, s, r, q).status == KVPoll.Bootstrapping]
+
+
 def _bootstrapping_sender(c, s, r):
     req = s.p[r]
     return (req.has_sender and req.stage is not PStage.GONE
-            and room_of(c, s, r).status == KVPoll.Bootstrapping and req.concluded is None)
+            and bool(_bootstrapping_ranks(c, s, r)) and req.concluded is None)
 
 
 @action("prefill", guard=_bootstrapping_sender, event="timeouts")
 def p_bootstrap_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`` (300 s, env 19:656): a sender
-    still Bootstrapping records a failure and goes Failed."""
-    s = update_status(c, s, r, KVPoll.Failed)
-    return set_room(c, s, r, failure_record=True), ()
+    still Bootstrapping records a failure and goes Failed.  Every prefill
+    rank's sender started its clock in the same scheduler step, so the ranks
+    still bootstrapping time out together."""
+    for q in _bootstrapping_ranks(c, s, r):
+        s = set_room(c, update_status(c, s, r, KVPoll.Failed, q), r, q=q, failure_record=True)
+    return s, ()
 
 
 def _d_waiting_too_long(c, s, r):
@@ -1636,19 +1773,19 @@ def _ack_arrived(c, s, r):
     return bool(s.msgs("ack", r))
 
 
-def _ack_ranks(c, s, r):
-    return rank_args(c, sorted({m.rank for m in s.msgs("ack", r)}))
+def _ack_channels(c, s, r):
+    return channel_args(c, sorted({(m.rank, m.prank) for m in s.msgs("ack", r)}))
 
 
-@action("decode", guard=_ack_arrived, choices=_ack_ranks, arg_names=RANK_ARG)
+@action("decode", guard=_ack_arrived, choices=_ack_channels, arg_names=CHANNEL_ARG)
 def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """An ABORT_ACK answering request r's ABORT reaches one decode rank
     (``note_abort_ack(room)``, cc 19:391-396; 0.5.22+ ``handle_abort_ack_message``,
     cc 22:853-876): counted by the room's tracker on that rank if it is armed
     and, from 0.5.22, for the generation it armed; every held request of the
     room then re-checks (``resolve_deferred_releases`` -> ``_do_release``)."""
-    k = rank_of(arg)
-    msg = next(m for m in s.msgs("ack", r) if m.rank == k)
+    k, q = rank_of(arg), prank_of(arg, 1)
+    msg = next(m for m in s.msgs("ack", r) if m.rank == k and m.prank == q)
     s = consume(s, msg)
     t = d_room_of(c, s, r)
     armed = {rank: gen for rank, gen, _ in t.armed}
@@ -1656,14 +1793,14 @@ def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
                               or (msg.gen != 0 and armed[k] == msg.gen))
     if not counted:
         return s, (Event("ack_dropped", r, "decode", (k,)),)
-    if k not in t.acked_ranks():
-        s = set_d_room(c, s, r, acked=tuple(sorted(t.acked + ((k, r),))))
+    if q not in t.acked_by(k):  # the tracker is a set of prefill ranks
+        s = set_d_room(c, s, r, acked=tuple(sorted(t.acked + ((k, q, r),))))
     # every held entry is judged on the tracker as it is now, before any of
     # them is released (a release pops the room's tracker), dc 19:2413-2423
-    acks = dict(d_room_of(c, s, r).acked)
+    tracker = d_room_of(c, s, r)
     evs: Tuple[Event, ...] = ()
     for u in c.scenario.room_users(r):
-        s, ev = resolve_held(c, s, u, acks)
+        s, ev = resolve_held(c, s, u, tracker)
         evs += ev
     return s, evs
 
@@ -1688,10 +1825,12 @@ def initial_state(sc: Scenario) -> State:
     return State(
         p=tuple(PrefillReq() for _ in range(n)),
         d=tuple(DecodeReq() for _ in range(n)),
-        rooms=tuple(Room() for _ in range(n)),  # keyed by room slot
+        # keyed by (room slot, prefill rank)
+        rooms=tuple(Room() for _ in range(n * sc.prefill.ranks)),
         d_rooms=tuple(DRoom() for _ in range(n)),
         room_slots=tuple(sc.room_slot(r) for r in range(n)) if sc.shares_rooms else (),
-        d_pages=tuple(Page() for _ in range(sc.decode.pool_pages)),
+        d_pages=tuple(Page(slice_writers=(None,) * (sc.prefill.ranks - 1))
+                      for _ in range(sc.decode.pool_pages)),
         d_slots=tuple(MetaSlot() for _ in range(sc.decode.metadata_buffers)),
         aborted_by_client=tuple(False for _ in range(n)),
     )

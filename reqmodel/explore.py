@@ -123,8 +123,8 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     """
     ctx = Ctx(release=release, scenario=scenario)
     classes = symmetry_classes(scenario)
-    ranks = scenario.decode.ranks
-    canon = (lambda s: canonical(s, classes, ranks)) if symmetry else (lambda s: s)
+    ranks, pranks = scenario.decode.ranks, scenario.prefill.ranks
+    canon = (lambda s: canonical(s, classes, ranks, pranks)) if symmetry else (lambda s: s)
     intern = _Interner()
     t0 = time.perf_counter()
 

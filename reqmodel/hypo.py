@@ -374,7 +374,7 @@ def draw_schedule(rnd: random.Random, sc: Scenario):
 def stale_reserved(s) -> int:
     """Pages reserved by a request whose last writer is another request."""
     return sum(1 for pg in s.d_pages
-               if pg.owner is not None and pg.writer is not None and pg.writer != pg.owner)
+               if pg.owner is not None and pg.foreign_to(pg.owner))
 
 
 def answered(s) -> int:
@@ -580,8 +580,8 @@ def _trace(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Trace:
 def scenarios(max_requests: int = 6, max_prompt: int = 8, max_pool: int = 12,
               events: bool = True, max_ranks: int = 4) -> st.SearchStrategy:
     """Scenarios beyond the exhaustive checker's bounds: more requests, longer
-    prompts, bigger pools, more decode ranks, shared bootstrap rooms, every
-    option and event."""
+    prompts, bigger pools, more decode or prefill ranks, shared bootstrap
+    rooms, every option and event."""
     @st.composite
     def draw(d):
         n = d(st.integers(1, max_requests))
@@ -603,6 +603,8 @@ def scenarios(max_requests: int = 6, max_prompt: int = 8, max_pool: int = 12,
         # half the scenarios give every request its own room; the others let
         # the client reuse rooms (requests with equal labels share one)
         rooms = d(st.one_of(st.just(()), st.lists(st.integers(1, n), min_size=n, max_size=n)))
+        if decode.ranks == 1:  # several prefill ranks need one decode rank (drawn last)
+            prefill = attrs.evolve(prefill, ranks=d(st.integers(1, max_ranks)))
         return Scenario(
             name=f"drawn-{n}", prompt_pages=prompts, prefill=prefill, decode=decode,
             optimistic_prefill_attempts=d(st.integers(0, 2)),

@@ -53,7 +53,8 @@ def encode(value: Any) -> Any:
     if isinstance(value, tuple):
         return {"#tup": [encode(v) for v in value]}
     if attrs.has(type(value)):
-        return {f.name: _opt(getattr(value, f.name), f) for f in attrs.fields(type(value))}
+        return {f.name: _opt(getattr(value, f.name), f) for f in attrs.fields(type(value))
+                if not (f.metadata.get("itf_omit_default") and getattr(value, f.name) == f.default)}
     raise TypeError(f"cannot encode {type(value).__name__} in ITF")
 
 
@@ -104,6 +105,8 @@ def scenario_config(sc: Scenario) -> Dict[str, Any]:
                "metadata_buffers": w.metadata_buffers}
         if role == "prefill":
             out["chunk_pages"] = w.chunk_pages
+            if w.ranks != 1:
+                out["ranks"] = w.ranks
         else:
             out.update(radix_cache=w.radix_cache, ranks=w.ranks)
         return out

@@ -238,14 +238,17 @@ prop(
 )
 
 def _commits_on_own_transfer(pre, step, evs, post) -> bool:
-    return all(e.info[1] == e.rid for e in _events(evs, "commit"))
+    """info: (room, (prefill rank, origin) of each Success report counted,
+    prefill ranks that must report)."""
+    return all(len({q for q, o in e.info[1] if o == e.rid}) >= e.info[2]
+               for e in _events(evs, "commit"))
 
 
 prop(
     name="commit-after-all-ranks", kind="always", ref="#3",
     text="Decode commits a transfer only once every prefill rank has reported Success for that "
-         "request's own transfer (the model has one prefill rank; a Success left over from an "
-         "earlier request of the same bootstrap_room does not count).",
+         "request's own transfer (a Success left over from an earlier request of the same "
+         "bootstrap_room does not count).",
     transition=_commits_on_own_transfer,
 )
 
@@ -272,23 +275,28 @@ prop(
 
 def _drain_acks_reach_holders(s: State) -> bool:
     for r, d in enumerate(s.d):
+        if d.stage is not DStage.HELD:
+            continue
         slot = s.room_slot(r)
-        if d.stage is not DStage.HELD or s.rooms[slot].poisoned or s.rooms[slot].outstanding > 0:
-            continue  # not held, or prefill cannot (yet) vouch for the drain
-        for k in d.held:
-            if k in s.d_rooms[slot].acked_ranks():
-                continue
-            pending = any(m.rank == k and ((m.kind == "abort" and m.rid == r) or (
-                m.kind == "ack" and s.room_slot(m.rid) == slot)) for m in s.net)
-            if not pending:  # P has handled k's ABORT, the room drained, no ack is coming
-                return False
+        for q, room in enumerate(s.rooms_of_slot(slot)):
+            if room.poisoned or room.outstanding > 0:
+                continue  # prefill rank q cannot (yet) vouch for the drain
+            for k in d.held:
+                if q in s.d_rooms[slot].acked_by(k):
+                    continue
+                pending = any(m.rank == k and m.prank == q and (
+                    (m.kind == "abort" and m.rid == r)
+                    or (m.kind == "ack" and s.room_slot(m.rid) == slot)) for m in s.net)
+                if not pending:  # q has handled k's ABORT, drained, and no ack is coming
+                    return False
     return True
 
 
 prop(
     name="drain-ack-reaches-every-rank", kind="always", ref="#3",
-    text="Once prefill has handled a decode rank's ABORT and the room has drained, that rank "
-         "holding the pages gets a drain ack it counts (it is not left to its 30 s timeout).",
+    text="Once a prefill rank has handled a decode rank's ABORT and its room has drained, that "
+         "decode rank holding the pages gets a drain ack from it that it counts (it is not left "
+         "to its 30 s timeout).",
     state=_drain_acks_reach_holders,
 )
 
@@ -299,10 +307,11 @@ def _room_state_released(s: State) -> bool:
             continue  # the room is (or will be) in use
         if any(s.room_slot(m.rid) == slot for m in s.net):
             continue  # the room is still in use on the wire
-        room = s.rooms[slot]
-        if (room.status is not None or room.dst is not None or room.failure_record
-                or room.ack_to or room.poisoned or room.outstanding or s.d_rooms[slot].armed
-                or s.d_rooms[slot].status is not None):
+        left = any(room.status is not None or room.dst is not None or room.failure_record
+                   or room.ack_to or room.poisoned or room.outstanding
+                   for room in s.rooms_of_slot(slot))
+        t = s.d_rooms[slot]
+        if left or t.armed or t.status is not None or t.responded:
             return False
     return True
 

@@ -49,15 +49,25 @@ def _field_changes(prefix: str, old, new, skip=()) -> List[str]:
     return out
 
 
-def _rank(m: Msg) -> str:
-    return f" decode rank {m.rank}" if m.rank else ""
+def _rank_of(m: Msg, pranks: int = 1) -> str:
+    out = f" decode rank {m.rank}" if m.rank else ""
+    if m.prank or pranks > 1:
+        out += f" prefill rank {m.prank}"
+    return out
 
 
 def _gen(m: Msg) -> str:
     return f" generation {m.gen}" if m.gen else ""
 
 
-def _msg(m: Msg) -> str:
+def _msg(m: Msg, pranks: int = 1) -> str:
+    """One message; ``pranks`` > 1 names the prefill rank on every message."""
+    def _prank(m: Msg) -> str:
+        return f" (prefill rank {m.prank})" if m.prank or pranks > 1 else ""
+
+    def _rank(m: Msg) -> str:
+        return _rank_of(m, pranks)
+
     if m.kind == "metadata":
         return f"send_metadata(r{m.rid}, pages {fmt(m.pages)}, slot {m.slot}){_rank(m)}"
     if m.kind == "abort":
@@ -66,13 +76,15 @@ def _msg(m: Msg) -> str:
         return f"ABORT_ACK r{m.rid} to{_rank(m) or ' decode rank 0'}{_gen(m)}"
     if m.kind == "chunk":
         a, b = m.pages
-        return f"chunk r{m.rid} [{a}, {b}){' last' if m.last else ''}"
+        return f"chunk r{m.rid} [{a}, {b}){' last' if m.last else ''}{_prank(m)}"
     if m.kind == "write":
-        return f"write r{m.rid} in flight to D pages {fmt(m.pages)}{' + aux slot ' + str(m.slot) if m.last else ''}"
+        return (f"write r{m.rid}{_prank(m)} in flight to D pages {fmt(m.pages)}"
+                f"{' + aux slot ' + str(m.slot) if m.last else ''}")
     if m.kind == "stray":
-        return f"stray write r{m.rid} (its batch failed) still landing in D pages {fmt(m.pages)}"
+        return (f"stray write r{m.rid}{_prank(m)} (its batch failed) still landing in D pages "
+                f"{fmt(m.pages)}")
     if m.kind == "status":
-        return f"status r{m.rid} {fmt(m.poll)}"
+        return f"status r{m.rid} {fmt(m.poll)}{_prank(m)}"
     if m.kind == "recompute":
         return f"prefill recompute r{m.rid}"
     return f"{m.kind.upper()} r{m.rid}"
@@ -96,8 +108,10 @@ def changes(old: State, new: State) -> List[str]:
         out += _field_changes(f"r{r}.P", a, b)
     for r, (a, b) in enumerate(zip(old.d, new.d)):
         out += _field_changes(f"r{r}.D", a, b)
-    for r, (a, b) in enumerate(zip(old.rooms, new.rooms)):
-        out += _field_changes(f"room{r + 1}", a, b)
+    ranks = new.prefill_ranks
+    for i, (a, b) in enumerate(zip(old.rooms, new.rooms)):
+        name = f"room{i // ranks + 1}" + (f"@P{i % ranks}" if ranks > 1 else "")
+        out += _field_changes(name, a, b)
     for r, (a, b) in enumerate(zip(old.d_rooms, new.d_rooms)):
         out += _field_changes(f"room{r + 1}.D", a, b)
     for i, (a, b) in enumerate(zip(old.d_pages, new.d_pages)):
@@ -105,15 +119,17 @@ def changes(old: State, new: State) -> List[str]:
             parts = []
             if a.owner != b.owner:
                 parts.append(f"owner {_rid(a.owner)}→{_rid(b.owner)}")
-            if a.writer != b.writer:
-                parts.append(f"last writer {_rid(a.writer)}→{_rid(b.writer)}")
+            for q, (wa, wb) in enumerate(zip(a.writers, b.writers)):
+                if wa != wb:
+                    where = f" of prefill rank {q}'s slice" if len(a.writers) > 1 else ""
+                    parts.append(f"last writer{where} {_rid(wa)}→{_rid(wb)}")
             out.append(f"D page {i}: " + ", ".join(parts))
     for i, (a, b) in enumerate(zip(old.d_slots, new.d_slots)):
         if a != b:
             out += _field_changes(f"D slot {i}", a, b)
     added, removed = net_changes(old, new)
-    out += [f"+ {_msg(m)}" for m in added]
-    out += [f"− {_msg(m)}" for m in removed]
+    out += [f"+ {_msg(m, ranks)}" for m in added]
+    out += [f"− {_msg(m, ranks)}" for m in removed]
     return out
 
 
@@ -146,9 +162,17 @@ def event_text(e: Event) -> str:
     if e.kind == "write":
         return f"transfer writes D pages {fmt(e.info)}"
     if e.kind == "commit":
-        if e.info and len(e.info) > 1 and e.info[1] != e.rid:
-            return f"decode commits on the Success report of r{e.info[1]}'s transfer"
-        return "decode commits the transfer"
+        _, counted, ranks = e.info
+        own = {q for q, o in counted if o == e.rid}
+        if len(own) >= ranks:
+            return "decode commits the transfer"
+        reports = ", ".join(f"r{o}'s" + (f" (prefill rank {q})" if ranks > 1 else "")
+                            for q, o in counted) or "no report"
+        missing = [q for q in range(ranks) if q not in own]
+        text = f"decode commits on the Success report{'s' if len(counted) > 1 else ''} of {reports}"
+        if ranks > 1:
+            text += f"; prefill rank {fmt(tuple(missing))} has not reported r{e.rid}'s own transfer"
+        return text
     if e.kind == "ack_release":
         others = [o for o in e.info if o != e.rid]
         if others:
@@ -172,7 +196,8 @@ def event_text(e: Event) -> str:
 def _event_in_state(e: Event, s: State) -> str:
     """An event, with who last wrote each foreign page when it is a read."""
     if e.kind == "read" and e.info[0]:
-        who = ", ".join(f"page {p} last written by {_rid(s.d_pages[p].writer)}" for p in e.info[1])
+        who = ", ".join(f"page {p} last written by "
+                        + "/".join(_rid(w) for w in s.d_pages[p].writers) for p in e.info[1])
         return f"attention reads FOREIGN KV ({who})"
     return event_text(e)
 
@@ -242,7 +267,7 @@ def to_mermaid(meta: dict, steps, states, events, violating_last: bool) -> str:
                   for e in events[i] if e.kind == "write"]
         for m in msgs:
             a, b = _lane_of_msg(m)
-            arrows.append(f"{pad}{a}->>{b}: {_msg(m)}")
+            arrows.append(f"{pad}{a}->>{b}: {_msg(m, states[i + 1].prefill_ranks)}")
         arrows += [f"{pad}{LANE_IDS[e.side]}-->>C: r{e.rid} answered {e.info[0]}"
                    for e in events[i] if e.kind == "stream"]
         if step.action in ("p_intake", "d_intake"):

@@ -27,6 +27,7 @@ MAX_POOL_PAGES = 8
 MAX_PROMPT_PAGES = 8
 MAX_WEIGHT = 14  # requests * (prompt pages + 3), a rough size of the product space
 MAX_DECODE_RANKS = 2  # each rank adds a control channel per request
+MAX_PREFILL_RANKS = 2  # each rank adds a KV manager, a transfer worker and a page slice
 
 
 @attrs.frozen
@@ -40,13 +41,14 @@ class Bounds:
     pool_pages: int
     prompt_pages: int
     decode_ranks: int
+    prefill_ranks: int
     size_check: bool  # refuse by the product-size heuristic (MAX_WEIGHT)
     purpose: str
 
 
-EXHAUSTIVE = Bounds(MAX_REQUESTS, MAX_POOL_PAGES, MAX_PROMPT_PAGES, MAX_DECODE_RANKS, True,
-                    "the exhaustive checker")
-SAMPLED = Bounds(16, 64, 64, 8, False, "the Hypothesis engine and replay")
+EXHAUSTIVE = Bounds(MAX_REQUESTS, MAX_POOL_PAGES, MAX_PROMPT_PAGES, MAX_DECODE_RANKS,
+                    MAX_PREFILL_RANKS, True, "the exhaustive checker")
+SAMPLED = Bounds(16, 64, 64, 8, 8, False, "the Hypothesis engine and replay")
 
 
 @attrs.frozen
@@ -58,7 +60,10 @@ class Worker:
     metadata_buffers: int = 4
     chunk_pages: int = 0  # chunked prefill size in pages; 0 = unchunked (P only)
     radix_cache: bool = False  # D only
-    ranks: int = 1  # D only
+    # attention-TP ranks.  Decode ranks share one prefill rank, or one decode
+    # rank receives from several prefill ranks (required_prefill_response_num
+    # = prefill ranks, cc 19:718-720); both above 1 is not modelled
+    ranks: int = 1
 
     def rejects(self, prompt_pages: int) -> bool:
         """This worker's intake rejects the prompt (``validate_input_length``
@@ -146,7 +151,7 @@ class Scenario:
 
 _TOP = {"name", "description", "prompt_pages", "bootstrap_rooms", "prefill", "decode", "options", "events"}
 _PREFILL = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
-            "metadata_buffers", "chunk_pages"}
+            "metadata_buffers", "chunk_pages", "ranks"}
 _DECODE = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
            "metadata_buffers", "radix_cache", "ranks"}
 _OPTIONS = {"optimistic_prefill_attempts", "deferred_release", "layouts_match",
@@ -192,7 +197,7 @@ def _worker(role: str, table: Any, n_requests: int, bounds: Bounds) -> Worker:
         metadata_buffers=_get(where, table, "metadata_buffers", int, n_requests),
         chunk_pages=_get(where, table, "chunk_pages", int, 0) if role == "prefill" else 0,
         radix_cache=_get(where, table, "radix_cache", bool, False) if role == "decode" else False,
-        ranks=_get(where, table, "ranks", int, 1) if role == "decode" else 1,
+        ranks=_get(where, table, "ranks", int, 1),
     )
     if not 1 <= w.pool_pages <= bounds.pool_pages:
         raise ScenarioError(f"{where}pool_pages must be 1..{bounds.pool_pages} for {bounds.purpose}, "
@@ -205,9 +210,9 @@ def _worker(role: str, table: Any, n_requests: int, bounds: Bounds) -> Worker:
         raise ScenarioError(f"{where}metadata_buffers must be 1..{bounds.requests}")
     if w.chunk_pages < 0:
         raise ScenarioError(f"{where}chunk_pages must be >= 0")
-    if not 1 <= w.ranks <= bounds.decode_ranks:
-        raise ScenarioError(f"{where}ranks must be 1..{bounds.decode_ranks} for {bounds.purpose}, "
-                            f"got {w.ranks}")
+    most = bounds.decode_ranks if role == "decode" else bounds.prefill_ranks
+    if not 1 <= w.ranks <= most:
+        raise ScenarioError(f"{where}ranks must be 1..{most} for {bounds.purpose}, got {w.ranks}")
     return w
 
 
@@ -239,6 +244,10 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
             raise ScenarioError(f"[{section}] table is required")
     prefill = _worker("prefill", data["prefill"], len(prompts), bounds)
     decode = _worker("decode", data["decode"], len(prompts), bounds)
+    if prefill.ranks > 1 and decode.ranks > 1:
+        raise ScenarioError(
+            "[prefill] ranks and [decode] ranks cannot both be above 1: the model has one "
+            "decode rank per several prefill ranks, or several decode ranks on one prefill rank")
     options = data.get("options", {})
     if not isinstance(options, dict):
         raise ScenarioError("[options] must be a table")
@@ -282,7 +291,7 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
     )
     weight = sum(p + 3 for p in sc.prompt_pages) + sum(
         2 * len(targets) for targets in attrs.astuple(ev, recurse=False)) + (
-        3 * (decode.ranks - 1) * len(prompts))
+        3 * (decode.ranks - 1 + prefill.ranks - 1) * len(prompts))
     if bounds.size_check and weight > MAX_WEIGHT + 2 * len(prompts):
         raise ScenarioError(
             f"scenario {name!r} is too large for exhaustive search on this machine "

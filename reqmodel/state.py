@@ -211,24 +211,65 @@ class DRoom:
     # (rank, generation, armer) of each armed tracker; generation 0 before
     # 0.5.22, which has none; armer (history) is the request that armed it
     armed: Tuple[Tuple[int, int, int], ...] = ()
-    # (rank, origin) of each counted ack; origin (history) is the decode
-    # request whose ABORT the ack answers
-    acked: Tuple[Tuple[int, int], ...] = ()
+    # (rank, prefill rank, origin) of each counted ack: the tracker of decode
+    # rank ``rank`` holds the prefill ranks that acked (``note_abort_ack(room,
+    # prefill_rank)``); origin (history) is the decode request whose ABORT
+    # the ack answers
+    acked: Tuple[Tuple[int, int, int], ...] = ()
     # decode's own request_status[room]: created by a receiver, popped by
     # any receiver of the room's clear() (the same on every decode rank: a
     # status report reaches all of them)
     status: Optional[KVPoll] = None
+    # prefill_response_tracker[room]: (prefill rank, origin) of each Success
+    # report counted for the room; Success is applied once every prefill rank
+    # (``required_prefill_response_num``) is in it.  Popped with the status
+    # entry; origin (history) is the request whose transfer reported it
+    responded: Tuple[Tuple[int, int], ...] = ()
 
-    def acked_ranks(self) -> Tuple[int, ...]:
-        return tuple(k for k, _ in self.acked)
+    def acked_by(self, rank: int) -> Tuple[int, ...]:
+        """The prefill ranks decode rank ``rank``'s tracker has an ack from."""
+        return tuple(sorted({q for k, q, _ in self.acked if k == rank}))
+
+
+# A field marked ITF_OMIT is left out of a trace file while it has its default
+# value: it only matters with several prefill ranks, and one-rank traces keep
+# the shape they had before prefill ranks were modelled.
+ITF_OMIT = {"itf_omit_default": True}
 
 
 @attrs.frozen(cache_hash=True)
 class Page:
-    """One page of decode's KV pool."""
+    """One page of decode's KV pool.  With several prefill ranks (TP), each
+    prefill rank writes its own slice of the page (its attention heads):
+    ``writer`` is the last writer of prefill rank 0's slice and
+    ``slice_writers`` those of ranks 1.. (empty with one prefill rank)."""
 
     owner: Optional[int] = None  # request holding it, None when free
-    writer: Optional[int] = None  # last request whose KV landed in it
+    writer: Optional[int] = None  # last request whose KV landed in it (rank 0's slice)
+    slice_writers: Tuple[Optional[int], ...] = attrs.field(default=(), metadata=ITF_OMIT)
+
+    @property
+    def writers(self) -> Tuple[Optional[int], ...]:
+        """The last writer of each prefill rank's slice."""
+        return (self.writer,) + self.slice_writers
+
+    def foreign_to(self, r: int) -> bool:
+        """Some slice holds KV that another request wrote."""
+        return any(w is not None and w != r for w in self.writers)
+
+    def written_by(self, r: int) -> bool:
+        """Every slice holds r's KV."""
+        return all(w == r for w in self.writers)
+
+    def with_slice(self, q: int, r: Optional[int]) -> "Page":
+        if q == 0:
+            return Page(self.owner, r, self.slice_writers)
+        rest = list(self.slice_writers)
+        rest[q - 1] = r
+        return Page(self.owner, self.writer, tuple(rest))
+
+    def all_written_by(self, r: Optional[int]) -> "Page":
+        return Page(self.owner, r, (r,) * len(self.slice_writers))
 
 
 @attrs.frozen(cache_hash=True)
@@ -273,13 +314,16 @@ class Msg:
     rank: int = 0  # decode rank: sender of metadata/abort, target of ack
     gen: int = 0  # abort: the registration's generation; ack: its echo (0.5.22+)
     covered: int = 0  # write (last chunk): pages of decode's range the aux covers
+    # prefill rank (TP): target of metadata/abort; sender of chunk, write,
+    # stray, status and ack (each prefill rank has its own KV manager)
+    prank: int = attrs.field(default=0, metadata=ITF_OMIT)
 
 
 @attrs.frozen(cache_hash=True)
 class State:
     p: Tuple[PrefillReq, ...]
     d: Tuple[DecodeReq, ...]
-    rooms: Tuple[Room, ...]
+    rooms: Tuple[Room, ...]  # prefill KV manager state, per (room slot, prefill rank)
     d_pages: Tuple[Page, ...]
     d_slots: Tuple[MetaSlot, ...]
     net: Tuple[Msg, ...] = ()  # ordered: chunks of a room are processed FIFO
@@ -305,6 +349,19 @@ class State:
 
     def room_slot(self, rid: int) -> int:
         return self.room_slots[rid] if self.room_slots else rid
+
+    @property
+    def prefill_ranks(self) -> int:
+        return len(self.rooms) // len(self.p)
+
+    def room_index(self, rid: int, q: int = 0) -> int:
+        """Where prefill rank q's entry for request rid's room is in ``rooms``."""
+        return self.room_slot(rid) * self.prefill_ranks + q
+
+    def rooms_of_slot(self, slot: int) -> Tuple[Room, ...]:
+        """Every prefill rank's entry for one room slot."""
+        n = self.prefill_ranks
+        return self.rooms[slot * n:(slot + 1) * n]
 
     def room_msgs(self, kind: str, rid: int) -> Tuple[Msg, ...]:
         """Messages of one kind on request rid's room, whichever request of the

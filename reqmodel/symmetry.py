@@ -8,7 +8,9 @@ Three identities are interchangeable in the model:
 * requests with the same prompt length: every action is parametric in the
   request id, and every property quantifies over all requests;
 * decode ranks: every action treats the ranks alike, and every property
-  quantifies over all of them.
+  quantifies over all of them;
+* prefill ranks: likewise (each has its own KV manager, transfer worker and
+  slice of every decode page; the scheduler MIN-reduces their polls).
 
 Requests that share a ``bootstrap_room`` are each in a class of their own
 (``explore.symmetry_classes``), so a permutation never moves them, and the
@@ -47,22 +49,25 @@ def _rename_checksum(c, pi):
 def _request_signature(s: State, r: int) -> Tuple:
     """What request r looks like without naming other requests, pages or slots."""
     d = s.d[r]
-    room = s.rooms[r]
-    pages = tuple((s.d_pages[p].writer == r, s.d_pages[p].writer is None) for p in d.pages)
-    dst = None if room.dst is None else tuple(
-        (s.d_pages[p].owner == r, s.d_pages[p].writer == r) for p in room.dst)
+    rooms = s.rooms_of_slot(r)
+    pages = tuple(tuple((w == r, w is None) for w in s.d_pages[p].writers) for p in d.pages)
+    dst = tuple(None if room.dst is None else tuple(
+        (s.d_pages[p].owner == r, tuple(w == r for w in s.d_pages[p].writers)) for p in room.dst)
+        for room in rooms)
     msgs = tuple((m.kind, m.pages if m.kind == "chunk" else len(m.pages), m.last,
-                  m.poll, m.rank, m.gen) for m in s.net if m.rid == r)
+                  m.poll, m.rank, m.gen, m.prank) for m in s.net if m.rid == r)
     tracker = s.d_rooms[r] if s.d_rooms else None
     return (
         attrs.astuple(s.p[r], recurse=False),
         replace(d, pages=(), meta_slot=-1 if d.meta_slot < 0 else 0,
                      expected_checksum=_rename_checksum(d.expected_checksum, [0] * len(s.p))),
         pages,
-        replace(room, dst=None, dst_slot=-1 if room.dst_slot < 0 else 0,
-                ack_to=tuple((k, g, o == r) for k, g, o in room.ack_to)),
+        tuple(replace(room, dst=None, dst_slot=-1 if room.dst_slot < 0 else 0,
+                      ack_to=tuple((k, g, o == r) for k, g, o in room.ack_to)) for room in rooms),
         None if tracker is None else (tuple((k, g, a == r) for k, g, a in tracker.armed),
-                                      tuple((k, o == r) for k, o in tracker.acked)),
+                                      tuple((k, q, o == r) for k, q, o in tracker.acked),
+                                      tracker.status,
+                                      tuple((q, o == r) for q, o in tracker.responded)),
         dst, msgs, s.aborted_by_client[r],
     )
 
@@ -71,25 +76,49 @@ def _sort_key(x):
     return repr(x)
 
 
-def canonical(s: State, classes: Tuple, ranks: int = 1) -> State:
+def canonical(s: State, classes: Tuple, ranks: int = 1, pranks: int = 1) -> State:
     """The representative of ``s``'s orbit under request, page and slot
-    permutations (``_canonical``) and, with several decode ranks, under
-    permutations of the ranks: the least (by ``repr``) of the canonical forms
-    of every rank relabelling.  Rank relabelling commutes with the other
-    permutations (they act on different fields), so this is again a true
-    canonical form."""
+    permutations (``_canonical``) and, with several decode (or prefill)
+    ranks, under permutations of those ranks: the least (by ``repr``) of the
+    canonical forms of every rank relabelling.  Rank relabelling commutes
+    with the other permutations (they act on different fields), so this is
+    again a true canonical form."""
     best = _canonical(s, classes)
-    if ranks < 2:
+    if ranks < 2 and pranks < 2:
         return best
+    relabel = permute_ranks if ranks >= 2 else permute_prefill_ranks
     best_key = repr(best)
-    for perm in itertools.permutations(range(ranks)):
-        if list(perm) == list(range(ranks)):
+    for perm in itertools.permutations(range(max(ranks, pranks))):
+        if list(perm) == list(range(len(perm))):
             continue
-        cand = _canonical(permute_ranks(s, perm), classes)
+        cand = _canonical(relabel(s, perm), classes)
         key = repr(cand)
         if key < best_key:
             best, best_key = cand, key
     return best
+
+
+def permute_prefill_ranks(s: State, perm: Sequence[int]) -> State:
+    """Rename prefill rank q to ``perm[q]`` everywhere one is named: each
+    room's per-rank entries, each page's slices, decode's response and ack
+    trackers, and the messages (re-sorted: each channel keeps its order)."""
+    n = s.prefill_ranks
+    inv = [0] * n
+    for old, new in enumerate(perm):
+        inv[new] = old
+    rooms = tuple(s.rooms[slot * n + inv[q]] for slot in range(len(s.rooms) // n)
+                  for q in range(n))
+
+    def page(pg: Page) -> Page:
+        w = pg.writers
+        moved = tuple(w[inv[q]] for q in range(n))
+        return Page(pg.owner, moved[0], moved[1:])
+    d_rooms = tuple(replace(t, acked=tuple(sorted((k, perm[q], o) for k, q, o in t.acked)),
+                            responded=tuple(sorted((perm[q], o) for q, o in t.responded)))
+                    for t in s.d_rooms)
+    net = tuple(sorted((replace(m, prank=perm[m.prank]) for m in s.net), key=_msg_order(s)))
+    return replace(s, rooms=rooms, d_pages=tuple(page(pg) for pg in s.d_pages),
+                   d_rooms=d_rooms, net=net)
 
 
 def permute_ranks(s: State, perm: Sequence[int]) -> State:
@@ -104,6 +133,7 @@ def permute_ranks(s: State, perm: Sequence[int]) -> State:
     d = tuple(replace(x, notified=ks(x.notified), held=ks(x.held)) for x in s.d)
     rooms = tuple(replace(rm, ack_to=first(rm.ack_to), peers=ks(rm.peers)) for rm in s.rooms)
     d_rooms = tuple(replace(t, armed=first(t.armed), acked=first(t.acked)) for t in s.d_rooms)
+    # ranks are permuted only with one prefill rank (scenario: not both above 1)
     net = tuple(sorted((replace(m, rank=perm[m.rank]) if m.kind in RANKED else m for m in s.net),
                        key=_msg_order(s)))
     return replace(s, d=d, rooms=rooms, net=net, d_rooms=d_rooms)
@@ -176,7 +206,7 @@ def _relabel_pages_slots(s: State) -> State:
                 page_map.setdefault(p, len(page_map))
     rest = [p for p in range(len(s.d_pages)) if p not in page_map]
     rest.sort(key=lambda p: (s.d_pages[p].owner is None, s.d_pages[p].owner or 0,
-                             s.d_pages[p].writer is None, s.d_pages[p].writer or 0))
+                             tuple((w is None, w or 0) for w in s.d_pages[p].writers)))
     for p in rest:
         page_map[p] = len(page_map)
     # metadata slots: by first occurrence, then by content
@@ -206,7 +236,8 @@ def _permute_requests(s: State, pi: List[int]) -> State:
         inv[new] = old
     d = tuple(replace(s.d[inv[i]], expected_checksum=_rename_checksum(
         s.d[inv[i]].expected_checksum, pi)) for i in range(n))
-    pages = tuple(Page(owner=_rename_rid(pg.owner, pi), writer=_rename_rid(pg.writer, pi))
+    pages = tuple(Page(owner=_rename_rid(pg.owner, pi), writer=_rename_rid(pg.writer, pi),
+                       slice_writers=tuple(_rename_rid(w, pi) for w in pg.slice_writers))
                   for pg in s.d_pages)
     meta = tuple(replace(sl, owner=_rename_rid(sl.owner, pi),
                               room=0 if sl.room == 0 else pi[sl.room - 1] + 1,
@@ -215,9 +246,10 @@ def _permute_requests(s: State, pi: List[int]) -> State:
                        key=_msg_order(s)))
     # stable sort by room keeps each channel's order; re-sort is canonical
     rooms = tuple(replace(rm, ack_to=tuple(sorted((k, g, pi[o]) for k, g, o in rm.ack_to)))
-                  for rm in (s.rooms[inv[i]] for i in range(n)))
+                  for i in range(n) for rm in s.rooms_of_slot(inv[i]))
     d_rooms = tuple(replace(t, armed=tuple(sorted((k, g, pi[a]) for k, g, a in t.armed)),
-                            acked=tuple(sorted((k, pi[o]) for k, o in t.acked)))
+                            acked=tuple(sorted((k, q, pi[o]) for k, q, o in t.acked)),
+                            responded=tuple(sorted((q, pi[o]) for q, o in t.responded)))
                     for t in (s.d_rooms[inv[i]] for i in range(len(s.d_rooms))))
     return State(
         p=tuple(s.p[inv[i]] for i in range(n)),
@@ -259,7 +291,7 @@ def _msg_order(s: State):
     share its channels (``State.room_slots`` is fixed by every permutation)."""
     def key(m: Msg):
         channel = "d2p" if m.kind in D_TO_P else m.kind
-        return (s.room_slot(m.rid), channel, m.rank)
+        return (s.room_slot(m.rid), channel, m.rank, m.prank)
     return key
 
 

@@ -29,6 +29,13 @@ TWO_RANKS_TWO_REQUESTS = from_dict({
     "options": {"deferred_release": True},
 })
 
+# two prefill ranks (TP) and two equal requests: prefill ranks and requests permute
+TWO_PREFILL_RANKS_TWO_REQUESTS = from_dict({
+    "name": "two-prefill-ranks-two-requests", "prompt_pages": [1, 1],
+    "prefill": {"pool_pages": 2, "ranks": 2}, "decode": {"pool_pages": 1},
+    "options": {"deferred_release": True},
+})
+
 SMALL = ["incident", "decode-reject", "late-result-unit", "retract-abort", "two-rank-abort"]
 
 
@@ -37,8 +44,9 @@ def cells(ex):
 
 
 @pytest.mark.parametrize("release", ["0.5.19", "0.5.21"])
-@pytest.mark.parametrize("sc", [SYMMETRIC, TWINS_ONE_ABORT, TWO_RANKS_TWO_REQUESTS]
-                         + [scenario.builtin(n) for n in SMALL + ["room-reuse"]],
+@pytest.mark.parametrize("sc", [SYMMETRIC, TWINS_ONE_ABORT, TWO_RANKS_TWO_REQUESTS,
+                                TWO_PREFILL_RANKS_TWO_REQUESTS]
+                         + [scenario.builtin(n) for n in SMALL + ["room-reuse", "prefill-tp-failure"]],
                          ids=lambda s: s.name)
 def test_symmetry_reduction_keeps_verdicts_and_lengths(sc, release):
     rel = releases.get(release)
@@ -76,12 +84,16 @@ def _random_walks(ctx, rng, walks, shortest, longest):
             s = rng.choice(succ)[1]
 
 
-def _random_relabel(s, rng, ranks=1):
+def _random_relabel(s, rng, ranks=1, pranks=1):
     n = len(s.p)
     if ranks > 1:
         perm = list(range(ranks))
         rng.shuffle(perm)
         s = symmetry.permute_ranks(s, perm)
+    if pranks > 1:
+        perm = list(range(pranks))
+        rng.shuffle(perm)
+        s = symmetry.permute_prefill_ranks(s, perm)
     pi = list(range(n))
     rng.shuffle(pi)  # both requests have the same prompt: any permutation is a symmetry
     s = symmetry._permute_requests(s, pi)
@@ -92,21 +104,22 @@ def _random_relabel(s, rng, ranks=1):
     return symmetry._relabel(s, dict(enumerate(pages)), dict(enumerate(slots)))
 
 
-@pytest.mark.parametrize("sc,release", [(SYMMETRIC, "0.5.19"), (TWO_RANKS_TWO_REQUESTS, "0.5.21")],
-                         ids=["twins", "two-ranks-two-requests"])
+@pytest.mark.parametrize("sc,release", [(SYMMETRIC, "0.5.19"), (TWO_RANKS_TWO_REQUESTS, "0.5.21"),
+                                        (TWO_PREFILL_RANKS_TWO_REQUESTS, "0.5.22")],
+                         ids=["twins", "two-ranks-two-requests", "two-prefill-ranks-two-requests"])
 def test_canonical_form_is_orbit_invariant(sc, release):
     rng = random.Random(7)
     rel = releases.get(release)
     ctx = actions.Ctx(rel, sc)
-    ranks = sc.decode.ranks
+    ranks, pranks = sc.decode.ranks, sc.prefill.ranks
     # walk random paths and compare the canonical forms of relabelled states
     classes = explore.symmetry_classes(sc)
     checked = 0
     for s, succ in _random_walks(ctx, rng, 60, 1, 30):
         s = rng.choice(succ)[1]
-        twin = _random_relabel(s, rng, ranks)
-        assert (symmetry.canonical(twin, classes, ranks)
-                == symmetry.canonical(s, classes, ranks))
+        twin = _random_relabel(s, rng, ranks, pranks)
+        assert (symmetry.canonical(twin, classes, ranks, pranks)
+                == symmetry.canonical(s, classes, ranks, pranks))
         checked += 1
     assert checked > 200
 
@@ -114,7 +127,8 @@ def test_canonical_form_is_orbit_invariant(sc, release):
 @pytest.mark.parametrize("sc,release", [
     (TWO_RANKS_TWO_REQUESTS, "0.5.21"), (scenario.builtin("room-reuse"), "0.5.19"),
     (scenario.builtin("room-reuse"), "0.5.22"), (scenario.builtin("inflight-reuse"), "0.5.21"),
-    (scenario.builtin("two-rank-abort"), "0.5.21")], ids=lambda x: getattr(x, "name", x))
+    (scenario.builtin("two-rank-abort"), "0.5.21"), (TWO_PREFILL_RANKS_TWO_REQUESTS, "0.5.19"),
+    (scenario.builtin("prefill-tp"), "0.5.22")], ids=lambda x: getattr(x, "name", x))
 def test_successors_commute_with_the_canonical_form(sc, release):
     """The reduction is sound only if the actions are equivariant: the
     successors of a state and of its canonical form are the same up to
@@ -123,10 +137,10 @@ def test_successors_commute_with_the_canonical_form(sc, release):
     rng = random.Random(3)
     ctx = actions.Ctx(releases.get(release), sc)
     classes = explore.symmetry_classes(sc)
-    ranks = sc.decode.ranks
+    ranks, pranks = sc.decode.ranks, sc.prefill.ranks
 
     def canon(x):
-        return symmetry.canonical(x, classes, ranks)
+        return symmetry.canonical(x, classes, ranks, pranks)
     checked = 0
     for s, succ in _random_walks(ctx, rng, 40, 5, 35):
         assert ({canon(n) for _, n, _ in succ}
@@ -142,6 +156,15 @@ def test_rank_symmetry_merges_states():
     full = explore.explore(rel, sc, properties.select([]), stop_early=False, keep_graph=False,
                            symmetry=False)
     assert reduced.states < 0.55 * full.states  # one request: the gain is the rank swap
+
+
+def test_prefill_rank_symmetry_merges_states():
+    rel = releases.get("0.5.19")
+    sc = scenario.builtin("prefill-tp-failure")
+    reduced = explore.explore(rel, sc, properties.select([]), stop_early=False, keep_graph=False)
+    full = explore.explore(rel, sc, properties.select([]), stop_early=False, keep_graph=False,
+                           symmetry=False)
+    assert reduced.states < 0.7 * full.states
 
 
 @pytest.mark.parametrize("release", ["0.5.19", "0.5.20", "0.5.21"])

@@ -1,0 +1,164 @@
+"""Prefill TP > 1 (issue #3): one sender, KV manager and transfer worker per
+prefill rank; decode counts the ranks' Success reports and drain acks.
+
+These tests pin the mechanisms the prefill-tp verdicts rest on, so that a
+rule that stopped being read (the response count, the per-rank ack count,
+the MIN-reduced prefill poll, the page slices) fails here and not only as a
+moved cell in the verdict table.
+"""
+import json
+
+import attrs
+import pytest
+
+from reqmodel import actions, explore, itf, properties, releases, scenario
+from reqmodel.actions import Ctx, Step, apply, initial_state
+from reqmodel.scenario import ScenarioError, from_dict
+from reqmodel.state import DStage, KVPoll, Msg, Page
+
+PREFILL_TP = scenario.builtin("prefill-tp")
+FAILURE = scenario.builtin("prefill-tp-failure")
+ONE = from_dict({"name": "one-request-two-prefill-ranks", "prompt_pages": [1],
+                 "prefill": {"pool_pages": 1, "ranks": 2}, "decode": {"pool_pages": 1},
+                 "options": {"deferred_release": True}, "events": {"client_abort": True}})
+COMPLETES = properties.CATALOG["valid-request-completes"]
+ACK_RELEASE = properties.CATALOG["drain-ack-releases-hold"]
+COMMIT = properties.CATALOG["commit-after-all-ranks"]
+READ = properties.CATALOG["no-foreign-kv-read"]
+
+
+def trace(rel, sc, prop):
+    ex = explore.explore(rel, sc, (prop,))
+    return ex.verdicts[prop.name]
+
+
+def run(ctx, steps, s=None):
+    s = s if s is not None else initial_state(ctx.scenario)
+    for step in steps:
+        out = apply(ctx, s, step)
+        assert out is not None, f"{step} is not enabled"
+        s = out[0]
+    return s
+
+
+@pytest.mark.parametrize("release", releases.NAMES)
+def test_decode_commits_only_once_every_prefill_rank_reported(release):
+    """The shortest completion takes both ranks' writes and two D3 polls: the
+    first report leaves the request in the transfer queue."""
+    v = trace(releases.get(release), ONE, COMPLETES)
+    assert v.verdict == "holds"  # a reachability property holds once reached
+    steps = v.trace.steps
+    writes = [s.arg for s in steps if s.action == "xfer_write"]
+    assert sorted(writes) == [(0,), (1,)]
+    polls = [i for i, s in enumerate(steps) if s.action == "d_transferred"]
+    assert len(polls) == 2
+    first = v.trace.states[polls[0] + 1]
+    assert first.d[0].stage is DStage.TRANSFER and len(first.d_rooms[0].responded) == 1
+    assert v.trace.states[polls[1] + 1].d[0].stage is DStage.WAITING
+
+
+def test_the_prefill_scheduler_sees_the_least_of_its_ranks_polls():
+    ctx = Ctx(releases.get("0.5.21"), ONE)
+    s = run(ctx, [Step("p_intake", 0), Step("p_door", 0)])
+    room0 = actions.room_of(ctx, s, 0, 0)
+    s = actions.set_room(ctx, s, 0, q=0, status=KVPoll.WaitingForInput)
+    assert actions.sender_poll(ctx, s, 0) == KVPoll.Bootstrapping  # rank 1 still bootstrapping
+    s = actions.set_room(ctx, s, 0, q=1, status=KVPoll.Failed)
+    assert actions.sender_poll(ctx, s, 0) == KVPoll.Failed
+    assert room0.status == KVPoll.Bootstrapping
+
+
+@pytest.mark.parametrize("release", releases.NAMES)
+def test_a_hold_ends_only_on_a_drain_ack_from_every_prefill_rank(release):
+    """``is_abort_release_safe(room, len(bootstrap_infos))``: one ack per
+    prefill rank the receiver bootstrapped from."""
+    v = trace(releases.get(release), ONE, ACK_RELEASE)
+    assert v.verdict == "holds"  # a reachability property holds once reached
+    acks = [(i, s.arg) for i, s in enumerate(v.trace.steps) if s.action == "d_recv_ack"]
+    assert sorted(a for _, a in acks) == [(0, 0), (0, 1)]
+    after_first = v.trace.states[acks[0][0] + 1]
+    assert after_first.d[0].stage is DStage.HELD
+
+
+def test_a_one_rank_ack_count_would_free_the_hold_early():
+    """The count is what the property rests on: a decode that needs one ack
+    only (is_abort_release_safe(room, 1)) frees the page while the other
+    prefill rank's write can still land in it."""
+    ctx = Ctx(releases.get("0.5.21"), ONE)
+    s = initial_state(ONE)
+    s = attrs.evolve(s, d=(attrs.evolve(s.d[0], stage=DStage.HELD, held=(0,), pages=(0,)),))
+    tracker = attrs.evolve(s.d_rooms[0], armed=((0, 0, 0),), acked=((0, 1, 0),))
+    s2, evs = actions.resolve_held(ctx, s, 0, tracker)
+    assert s2.d[0].stage is DStage.HELD and not evs
+    both = attrs.evolve(tracker, acked=((0, 0, 0), (0, 1, 0)))
+    s3, _ = actions.resolve_held(ctx, s, 0, both)
+    assert s3.d[0].stage is DStage.GONE
+
+
+def test_each_prefill_rank_writes_its_own_slice():
+    page = Page(owner=1, writer=None, slice_writers=(None,))
+    half = page.with_slice(1, 1)
+    assert half.writers == (None, 1) and not half.foreign_to(1) and not half.written_by(1)
+    stale = Page(owner=1, writer=1, slice_writers=(0,))
+    assert stale.foreign_to(1) and not stale.written_by(1)
+    assert stale.with_slice(1, 1).written_by(1)
+
+
+def test_the_scenario_refuses_prefill_and_decode_ranks_both_above_one():
+    data = {"name": "x", "prompt_pages": [1], "prefill": {"pool_pages": 1, "ranks": 2},
+            "decode": {"pool_pages": 1, "ranks": 2}}
+    with pytest.raises(ScenarioError, match="cannot both be above 1"):
+        from_dict(data)
+    data["decode"]["ranks"] = 1
+    data["prefill"]["ranks"] = 3
+    with pytest.raises(ScenarioError, match=r"\[prefill\] ranks must be 1..2"):
+        from_dict(data)
+
+
+def test_one_rank_traces_keep_their_shape_and_two_rank_traces_name_the_rank():
+    """Fields that only several prefill ranks use are left out at their
+    default, so one-rank trace files read as before."""
+    rel = releases.get("0.5.19")
+    one = itf.to_itf(trace(rel, scenario.builtin("transfer-failure"), READ).trace,
+                     scenario.builtin("transfer-failure"))
+    text = json.dumps(one)
+    assert '"prank"' not in text and '"slice_writers"' not in text
+    two = itf.to_itf(trace(rel, FAILURE, READ).trace, FAILURE)
+    text = json.dumps(two)
+    assert '"prank"' in text and '"slice_writers"' in text
+    assert two["#meta"]["scenario_config"]["prefill"]["ranks"] == 2
+
+
+def _mixed_commit(pre, step, evs, post):
+    """False on a commit that counted the request's own report from one
+    prefill rank and an earlier request's from another."""
+    for e in evs:
+        if e.kind == "commit":
+            origins = {o for _, o in e.info[1]}
+            if e.rid in origins and len(origins) > 1:
+                return False
+    return True
+
+
+@pytest.mark.parametrize("release", ["0.5.19", "0.5.22"])
+def test_a_stale_report_completes_the_later_requests_response_count(release):
+    """prefill_response_tracker[room] is a set of prefill ranks, not of
+    (request, rank): request 0's rank-1 Success, still on the wire when
+    request 1 reuses the room, joins request 1's own rank-0 Success, and
+    decode commits with rank 1's heads of the page never written for
+    request 1.  The aux room check passes: request 1's own rank 0 wrote it.
+    (The shortest commit-after-all-ranks trace commits on two stale reports;
+    this is the form only several prefill ranks have.)"""
+    prop = properties.Property(name="no-mixed-commit", kind="always", ref="test", text="",
+                               transition=_mixed_commit)
+    ex = explore.explore(releases.get(release), PREFILL_TP, [prop])
+    v = ex.verdicts[prop.name]
+    assert v.verdict == "violated"
+    last = v.trace.steps[-1]
+    assert last.action == "d_transferred" and last.rid == 1
+    commit = next(e for e in v.trace.events[-1] if e.kind == "commit")
+    assert sorted(commit.info[1]) == [(0, 1), (1, 0)] or sorted(commit.info[1]) == [(0, 0), (1, 1)]
+    pre = v.trace.states[-2]
+    slot = pre.d_slots[pre.d[1].meta_slot]
+    assert slot.room == PREFILL_TP.room_id(1)  # the commit check passes
+    assert not COMMIT.holds_on(v.trace.states[-2], last, v.trace.events[-1], v.trace.states[-1])
