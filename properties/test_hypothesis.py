@@ -10,7 +10,7 @@ measured not to find are strict xfails (NOT_FOUND_BY_CI).
 """
 import pytest
 
-from reqmodel import explore, hypo, itf, properties, releases, scenario, replay
+from reqmodel import hypo, itf, properties, releases, scenario, replay
 
 from verdict_table import ESTABLISHED, REFERENCE, RELEASES, violated_cells
 
@@ -82,6 +82,18 @@ NOT_FOUND_BY_CI = {
     # issue #3's fifth part: a write in flight between dequeue and landing
     ("drain-ack-reaches-every-rank", "two-rank-abort", "0.5.21"):
         "both ABORTs and clear() inside one write's flight: 0.03 % of runs",
+    # issue #3's sixth part, two prefill ranks (rates not measured): the same
+    # orderings as on room-reuse, once per prefill rank; found on the other
+    # releases after 12 to 370 examples
+    **{(prop, "prefill-tp", rel): "both ranks' chunks queued through the client's round trip "
+       "and the next preallocation: found on 0.5.20-0.5.22, not in 411-416 examples here"
+       for prop in ("commit-after-all-ranks", "no-foreign-kv-read") for rel in ("0.5.19", "0.5.23")},
+    **{("drain-ack-reaches-every-rank", "prefill-tp", rel): "the later sender opening the room "
+       "inside the earlier write's flight, on one of two ranks: found on 0.5.19/0.5.20, "
+       "not in 411-416 examples here" for rel in ("0.5.22", "0.5.23")},
+    ("no-foreign-kv-read", "prefill-tp-failure", "0.5.21"):
+        "the drain ack of both ranks before the stray write lands, and a whole second "
+        "transfer (35 steps): found on 0.5.19/0.5.20, not in 422 examples here",
 }
 FOUND_BY_CI = [pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason=NOT_FOUND_BY_CI[c]))
                if c in NOT_FOUND_BY_CI else c for c in violated_cells()]
@@ -92,12 +104,13 @@ def test_the_misses_are_cells_of_the_table():
 
 
 @pytest.mark.parametrize("prop,sc,release", FOUND_BY_CI)
-def test_violations_are_found_and_written_as_traces(hprofile, tmp_path, prop, sc, release):
+def test_violations_are_found_and_written_as_traces(hprofile, explored, tmp_path, prop, sc, release):
     p = properties.CATALOG[prop]
     scen = scenario.builtin(sc)
     hv = hypo.check_property(releases.get(release), scen, p, hprofile)
     assert hv.verdict.verdict == "violated", f"not found in {hv.examples} examples"
-    shortest = explore.explore(releases.get(release), scen, [p]).verdicts[prop].trace_length
+    # the session's exhaustive exploration (test_verdicts.py reads the same one)
+    shortest = explored(release, sc).verdicts[prop].trace_length
     if hprofile == "ci":  # measured: every cell found shrinks to the shortest
         assert hv.verdict.trace_length == shortest, (hv.shrunk_length, shortest)
     assert hv.verdict.trace_length >= shortest
@@ -128,7 +141,8 @@ def test_drawn_scenarios_are_well_formed_and_run(sc):
     assert 1 <= sc.n <= 6 and len(sc.prompt_pages) == sc.n
     for w in (sc.prefill, sc.decode):
         assert 1 <= w.intake_limit_pages <= w.pool_pages
-    assert 1 <= sc.decode.ranks <= 4 and sc.prefill.ranks == 1
+    assert 1 <= sc.decode.ranks <= 4 and 1 <= sc.prefill.ranks <= 4
+    assert sc.decode.ranks == 1 or sc.prefill.ranks == 1
     for ev in hypo.EVENT_NAMES:
         assert all(0 <= r < sc.n for r in getattr(sc.events, ev))
     ctx = actions.Ctx(releases.get("0.5.23"), sc)

@@ -39,13 +39,13 @@ from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,
                                  rule, run_state_machine_as_test)
 from hypothesis.strategies._internal.featureflags import FeatureFlags
 
-from .actions import ACTIONS, BY_NAME, Ctx, Step, apply, initial_state, successors
+from .actions import ACTIONS, BY_NAME, PRANK_ARG, Ctx, Step, apply, initial_state, successors
 from .explore import Trace, Verdict, replay, symmetry_classes
 from .symmetry import canonical
 from .properties import Property
 from .releases import Release
-from .scenario import (EVENT_NAMES, MAX_DECODE_RANKS, MAX_REQUESTS, Events, Scenario,
-                       Worker)
+from .scenario import (EVENT_NAMES, MAX_DECODE_RANKS, MAX_PREFILL_RANKS, MAX_REQUESTS, Events,
+                       Scenario, Worker)
 
 # --------------------------------------------------------------- profiles
 
@@ -287,7 +287,13 @@ def machine(release: Release, scenario, props: Sequence[Property],
             arg = ()
             if a.choices is not None:
                 options = list(itertools.islice(a.args(self.ctx, self.state, r), MAX_CHOICES))
-                arg = options[data.draw(index(len(options)), label="arg")]
+                # a prefill rank is drawn only when there are several: with
+                # one prefill rank the schedules are the ones measured before
+                # prefill ranks were modelled (notes/performance.md)
+                if a.arg_names == PRANK_ARG and len(options) == 1:
+                    arg = options[0]
+                else:
+                    arg = options[data.draw(index(len(options)), label="arg")]
             pre = self.state
             nxt, evs = a.effect(self.ctx, pre, r, arg)
             step = Step(a.name, r, tuple(arg))
@@ -464,7 +470,8 @@ def shorten_tail(ctx: Ctx, prop: Property, steps: Sequence[Step],
 
 def _symmetric_search(ctx: Ctx) -> bool:
     sc = ctx.scenario
-    return sc.n <= MAX_REQUESTS and sc.decode.ranks <= MAX_DECODE_RANKS
+    return (sc.n <= MAX_REQUESTS and sc.decode.ranks <= MAX_DECODE_RANKS
+            and sc.prefill.ranks <= MAX_PREFILL_RANKS)
 
 
 def _shortest_hit(ctx: Ctx, prop: Property, s0, max_len: int,
@@ -477,10 +484,10 @@ def _shortest_hit(ctx: Ctx, prop: Property, s0, max_len: int,
     (they try every order of tied requests and every rank relabelling)."""
     if _symmetric_search(ctx):
         classes = symmetry_classes(ctx.scenario)
-        ranks = ctx.scenario.decode.ranks
+        ranks, pranks = ctx.scenario.decode.ranks, ctx.scenario.prefill.ranks
 
         def key(x):
-            return canonical(x, classes, ranks)
+            return canonical(x, classes, ranks, pranks)
     else:
         def key(x):
             return x
