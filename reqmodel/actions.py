@@ -230,8 +230,14 @@ def sender_abort(ctx: Ctx, s: State, r: int) -> State:
     rank (the scheduler runs it on each): record a failure, set Failed, latch
     ``conclude_state = Failed``.  Sends nothing to D."""
     for q in pranks(ctx):
-        s = set_room(ctx, update_status(ctx, s, r, KVPoll.Failed, q), r, q=q, failure_record=True)
+        s = record_failure(ctx, s, r, q)
     return set_p(s, r, concluded=KVPoll.Failed)
+
+
+def record_failure(c: Ctx, s: State, r: int, q: int = 0) -> State:
+    """``record_failure(room)`` and ``update_status(room, Failed)`` on prefill
+    rank q's KV manager."""
+    return set_room(c, update_status(c, s, r, KVPoll.Failed, q), r, q=q, failure_record=True)
 
 
 def pop_transfer_infos(c: Ctx, s: State, r: int, q: int = 0) -> State:
@@ -838,6 +844,16 @@ def rank_msgs(s: State, kind: str, r: int, q: int) -> Tuple[Msg, ...]:
     return tuple(m for m in s.room_msgs(kind, r) if m.prank == q)
 
 
+def own_ranks(s: State, kind: str, r: int) -> List[int]:
+    """The prefill ranks with a message of one kind of request r's own in flight."""
+    return sorted({m.prank for m in s.msgs(kind, r)})
+
+
+def own_msg(s: State, kind: str, r: int, q: int) -> Msg:
+    """Request r's oldest message of one kind from prefill rank q."""
+    return next(m for m in s.msgs(kind, r) if m.prank == q)
+
+
 def _worker_busy(s: State, r: int, q: int) -> bool:
     return bool(rank_msgs(s, "write", r, q))
 
@@ -911,10 +927,6 @@ def xfer_dequeue(c: Ctx, s: State, r: int, arg=()) -> Effect:
                        checksum=checksum, covered=covered, prank=q)), ()
 
 
-def _write_ranks(c, s, r, kind="write"):
-    return sorted({m.prank for m in s.msgs(kind, r)})
-
-
 def _write_in_flight(c, s, r):
     return bool(s.msgs("write", r))
 
@@ -928,7 +940,7 @@ def land_write(s: State, r: int, pages: Tuple[int, ...], q: int) -> Effect:
     return replace(s, d_pages=tuple(new)), (Event("write", r, "transfer", pages),)
 
 
-@action("transfer", guard=_write_in_flight, choices=lambda c, s, r: prank_args(c, _write_ranks(c, s, r)),
+@action("transfer", guard=_write_in_flight, choices=lambda c, s, r: prank_args(c, own_ranks(s, "write", r)),
         arg_names=PRANK_ARG)
 def xfer_write(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Prefill rank q's write lands (``batch_transfer_sync``, mc 19:1760-1900) in
@@ -937,7 +949,7 @@ def xfer_write(c: Ctx, s: State, r: int, arg=()) -> Effect:
     mc 22:2724-2733) and reports the room's status to D, naming its rank
     (``conclude_transfer`` from 0.5.20, cc 20:507); then ``worker_done``."""
     q = prank_of(arg)
-    msg = next(m for m in s.msgs("write", r) if m.prank == q)
+    msg = own_msg(s, "write", r, q)
     s, evs = land_write(consume(s, msg), r, msg.pages, q)
     if msg.last:
         slot = msg.slot
@@ -1012,8 +1024,7 @@ def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
     if inflight:
         w = inflight[0]
         s = send(consume(s, w), Msg("stray", w.rid, pages=w.pages, prank=q))
-    s = update_status(c, s, r, KVPoll.Failed, q)
-    s = set_room(c, s, r, q=q, failure_record=True)
+    s = record_failure(c, s, r, q)
     if inflight and c.release.poison_failed_rooms:
         s = set_room(c, s, r, q=q, poisoned=True, ack_to=())
     s = send(s, Msg("status", r, poll=KVPoll.Failed, prank=q))
@@ -1027,13 +1038,13 @@ def _stray_write(c, s, r):
 
 
 @action("transfer", guard=_stray_write,
-        choices=lambda c, s, r: prank_args(c, _write_ranks(c, s, r, "stray")), arg_names=PRANK_ARG)
+        choices=lambda c, s, r: prank_args(c, own_ranks(s, "stray", r)), arg_names=PRANK_ARG)
 def xfer_stray_lands(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """A write the worker gave up on (``xfer_fail``) lands in decode's pages:
     the RDMA engine finishes the batch whatever prefill has decided since
     (mc 22:2413-2421: "a failed send may still be writing decode's pages")."""
     q = prank_of(arg)
-    msg = next(m for m in s.msgs("stray", r) if m.prank == q)
+    msg = own_msg(s, "stray", r, q)
     return land_write(consume(s, msg), r, msg.pages, q)
 
 
@@ -1308,15 +1319,10 @@ def _transferred_ready(c, s, r):
         bool(s.room_msgs("status", r)) or polled == KVPoll.Failed)
 
 
-def _reporting_ranks(c, s, r, mine=False):
-    """Prefill ranks with a status report on r's room in flight (with
-    ``mine``, of r's own): reports of different ranks arrive in any order."""
-    msgs = s.msgs("status", r) if mine else s.room_msgs("status", r)
-    return sorted({m.prank for m in msgs})
-
-
 def _report_choices(c, s, r):
-    ranks = _reporting_ranks(c, s, r)
+    """Prefill ranks with a status report on r's room in flight: reports of
+    different ranks arrive in any order."""
+    ranks = sorted({m.prank for m in s.room_msgs("status", r)})
     return prank_args(c, ranks) if ranks else ((),)
 
 
@@ -1403,7 +1409,7 @@ def _late_status(c, s, r):
 
 
 @action("decode", guard=_late_status,
-        choices=lambda c, s, r: prank_args(c, _reporting_ranks(c, s, r, mine=True)),
+        choices=lambda c, s, r: prank_args(c, own_ranks(s, "status", r)),
         arg_names=PRANK_ARG)
 def d_drop_late_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Decode's KV manager drops a prefill status for a room it no longer
@@ -1413,8 +1419,7 @@ def d_drop_late_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
     cc 19:365-373).  Once a later request of the room has its receiver, the
     same message counts as that request's."""
     q = prank_of(arg)
-    msg = next(m for m in s.msgs("status", r) if m.prank == q)
-    return consume(s, msg), (Event("status_dropped", r, "decode", ()),)
+    return consume(s, own_msg(s, "status", r, q)), (Event("status_dropped", r, "decode", ()),)
 
 
 def _status_popped(c, s, r):
@@ -1743,7 +1748,7 @@ def p_bootstrap_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     rank's sender started its clock in the same scheduler step, so the ranks
     still bootstrapping time out together."""
     for q in _bootstrapping_ranks(c, s, r):
-        s = set_room(c, update_status(c, s, r, KVPoll.Failed, q), r, q=q, failure_record=True)
+        s = record_failure(c, s, r, q)
     return s, ()
 
 

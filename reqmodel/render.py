@@ -65,15 +65,12 @@ def _msg(m: Msg, pranks: int = 1) -> str:
     def _prank(m: Msg) -> str:
         return f" (prefill rank {m.prank})" if m.prank or pranks > 1 else ""
 
-    def _rank(m: Msg) -> str:
-        return _rank_of(m, pranks)
-
     if m.kind == "metadata":
-        return f"send_metadata(r{m.rid}, pages {fmt(m.pages)}, slot {m.slot}){_rank(m)}"
+        return f"send_metadata(r{m.rid}, pages {fmt(m.pages)}, slot {m.slot}){_rank_of(m, pranks)}"
     if m.kind == "abort":
-        return f"ABORT r{m.rid} from{_rank(m) or ' decode rank 0'}{_gen(m)}"
+        return f"ABORT r{m.rid} from{_rank_of(m, pranks) or ' decode rank 0'}{_gen(m)}"
     if m.kind == "ack":
-        return f"ABORT_ACK r{m.rid} to{_rank(m) or ' decode rank 0'}{_gen(m)}"
+        return f"ABORT_ACK r{m.rid} to{_rank_of(m, pranks) or ' decode rank 0'}{_gen(m)}"
     if m.kind == "chunk":
         a, b = m.pages
         return f"chunk r{m.rid} [{a}, {b}){' last' if m.last else ''}{_prank(m)}"
