@@ -193,3 +193,14 @@ def violated_cells():
         for rel, c in zip(RELEASES, row):
             if c.startswith("F"):
                 yield prop, sc, rel
+
+
+def pinned_length(prop: str, sc: str, rel: str) -> int:
+    """The shortest counterexample length a violated cell pins ("F<n>");
+    test_verdicts.py checks every pinned cell against the explorer."""
+    row = ESTABLISHED.get((prop, sc))
+    if row is None and REFERENCE.get(prop, (None,))[0] == sc:
+        row = REFERENCE[prop][1]
+    cell = row[RELEASES.index(rel)]
+    assert cell.startswith("F"), (prop, sc, rel, cell)
+    return int(cell[1:])
