@@ -59,6 +59,12 @@ class Release:
     clear_drops_ack_target: bool  # sender clear() drops the target instead of acking a drained room
     clear_slot_resets_checksum: bool  # a freed metadata slot's checksum row is zeroed (clear_slot)
     has_cache_handle: bool  # Req.cache_request_handle exists
+    # Decode host receive (host-staged destinations): None when the release
+    # has no such mode; otherwise the built-in transfer backends whose KV
+    # manager accepts host destinations.  () on every modelled release: the
+    # mode exists from 0.5.21 but decode refuses to start with any shipped
+    # backend (notes/traceability.md "Host-staged destinations").
+    host_destination_backends: Optional[Tuple[str, ...]]
     cites: Dict[str, str] = attrs.field(factory=dict, eq=False, hash=False)
 
     def guard_points(self) -> Dict[str, Callable]:
@@ -87,6 +93,7 @@ R0519 = Release(
     checksum=None,
     client_abort_status=500,
     has_cache_handle=False,
+    host_destination_backends=None,
     ack_targets="last",
     ack_generations=False,
     poison_failed_rooms=False,
@@ -155,6 +162,7 @@ R0521 = attrs.evolve(
     clear_drops_ack_target=False,
     arm_before_send=True,
     hold_unnotified=True,
+    host_destination_backends=(),
     cites={
         "prefill_door": "pf 21:422-424; ut 21:1754 is_unadmitted_reject",
         "decode_door": "dc 21:750-752",
@@ -174,6 +182,7 @@ R0521 = attrs.evolve(
         "hold": "dc 21:2692 ensure_abort_notified(force_arm=True)",
         "clear": "cc 21:1694-1709 acks a drained room, keeps an outstanding one's target",
         "release": "dc 21:2806-2858 per rank for device destinations",
+        "host_receive": "dc 21:698-704; bc 21:124, 21:229 (False, no backend overrides it)",
     },
 )
 
@@ -202,7 +211,8 @@ R0522 = attrs.evolve(
            "inflight_success": "pf 22:1183",
            "prealloc_scan": "dc 22:1365",
            "commit_check": "dc 22:2507",
-           "p_waiting_abort": "pf 22:573"},
+           "p_waiting_abort": "pf 22:573",
+           "host_receive": "dc 22:748-754; bc 22:130, 22:237 (as 0.5.21)"},
 )
 
 R0523 = attrs.evolve(
@@ -229,7 +239,8 @@ R0523 = attrs.evolve(
            "create_sender": "pf 23:148-155 (max_input_len)",
            "requeue_fallback": "pf 23:1841 frees metadata",
            "checksum": "dc 23:2580-2598 layout signature",
-           "clear_slot": "ut 23:517-522 (dc 23:2987, 3024)"},
+           "clear_slot": "ut 23:517-522 (dc 23:2987, 3024)",
+           "host_receive": "dc 23:772-778; bc 23:135, 23:249 (as 0.5.21)"},
 )
 
 RELEASES: Dict[str, Release] = {r.name: r for r in (R0519, R0520, R0521, R0522, R0523)}

@@ -155,7 +155,8 @@ _PREFILL = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
 _DECODE = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
            "metadata_buffers", "radix_cache", "ranks"}
 _OPTIONS = {"optimistic_prefill_attempts", "deferred_release", "layouts_match",
-            "sessions", "hybrid_mamba", "result_timing", "reuse_room_after"}
+            "sessions", "hybrid_mamba", "result_timing", "reuse_room_after",
+            "decode_host_receive"}
 EVENT_NAMES = tuple(f.name for f in attrs.fields(Events))
 _EVENTS = set(EVENT_NAMES)
 
@@ -268,6 +269,8 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
     if reuse_after not in ("both", "decode"):
         raise ScenarioError(
             f'options.reuse_room_after must be "both" or "decode", got {reuse_after!r}')
+    if _get("options.", options, "decode_host_receive", bool, False):
+        _refuse_host_receive()
     events = data.get("events", {})
     if not isinstance(events, dict):
         raise ScenarioError("[events] must be a table")
@@ -311,6 +314,29 @@ def _event_targets(key: str, value: Any, n: int) -> Tuple[int, ...]:
         return tuple(sorted(set(value)))
     raise ScenarioError(
         f"events.{key} must be true, false or a list of request indices, got {value!r}")
+
+
+def _refuse_host_receive() -> None:
+    """Decode host receive (host-staged destinations) cannot run on any
+    modelled release: 0.5.19/0.5.20 have no such mode, and from 0.5.21 decode
+    refuses to start unless the transfer backend's KV manager accepts host
+    destinations, which no built-in backend does (the release records'
+    ``host_destination_backends``, checked against the wheels by the
+    conformance suite)."""
+    from . import releases
+    with_mode = [r for r in releases.RELEASES.values()
+                 if r.host_destination_backends is not None]
+    capable = [r.name for r in with_mode if r.host_destination_backends]
+    if capable:
+        raise ScenarioError(
+            "options.decode_host_receive: host-staged destinations are not modelled "
+            f"(needed for {', '.join(capable)}, whose backends accept them)")
+    without = [r.name for r in releases.RELEASES.values() if r not in with_mode]
+    raise ScenarioError(
+        f"options.decode_host_receive: no modelled release can run it: {', '.join(without)} "
+        f"have no host receive, and {', '.join(r.name for r in with_mode)} refuse to start "
+        "decode because no built-in transfer backend accepts host destinations "
+        f"({with_mode[0].cites['host_receive'].split(';')[0]}); see notes/traceability.md")
 
 
 def load_file(path: str, bounds: Bounds = EXHAUSTIVE) -> Scenario:

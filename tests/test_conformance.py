@@ -100,3 +100,18 @@ def test_the_incident_door_is_a_mismatch_across_the_fix():
     assert {"prefill_door", "decode_door"} <= doors
     m = next(m for m in bad if m.seam == "prefill_door")
     assert m.model["retired"] == 1 and m.real["queued"] is True
+
+
+def test_no_built_in_backend_accepts_host_destinations():
+    """The model refuses ``decode_host_receive`` because decode refuses to
+    start without a backend that accepts host destinations (dc 21:698-704)
+    and none does.  Both facts are read from each wheel here: the host
+    receive code exists exactly where the release record says, and no class
+    in ``disaggregation/`` declares ``supports_host_destination`` other than
+    ``False``.  A release that adds such a backend fails this test, and the
+    host-staged path (dc 22:1819-1934, 22:2894-2898) then needs modelling."""
+    for rel in RELEASES:
+        feats = real(rel)[rel]["features"]
+        record = releases.get(rel).host_destination_backends
+        assert feats["decode_host_receive"] is (record is not None), rel
+        assert feats["host_destination_classes"] == list(record or ()), rel

@@ -85,7 +85,7 @@ def test_events_accept_request_lists(tmp_path):
     ("[options]\ndeferred_release = \"maybe\"\n", "deferred_release"),
     ("[events]\nclient_abort = [7]\n", "request 7 does not exist"),
     ("[events]\nclient_abort = \"yes\"\n", "client_abort must be"),
-    
+    ("[options]\ndecode_host_receive = \"yes\"\n", "must be true or false"),
 ])
 def test_bad_scenarios_are_refused_in_one_line(tmp_path, extra, message):
     text = MINIMAL + extra if not extra.startswith("colour") else extra + MINIMAL
@@ -139,3 +139,29 @@ def test_the_readme_scenario_example_loads():
     block = readme.split("```toml\n")[1].split("```")[0]
     sc = scenario.from_dict(tomllib.loads(block))
     assert sc.shares_rooms and sc.reuse_room_after == "both"
+
+
+def test_decode_host_receive_is_refused_with_the_reason(tmp_path):
+    """No built-in backend accepts host destinations on any release with the
+    mode (the conformance suite checks this in the wheels), so the scenario is
+    refused, naming the releases and the line that refuses to start."""
+    with pytest.raises(ScenarioError) as exc:
+        scenario.load_file(write(tmp_path, MINIMAL + "[options]\ndecode_host_receive = true\n"))
+    msg = str(exc.value)
+    assert "\n" not in msg
+    assert "0.5.19, 0.5.20 have no host receive" in msg
+    assert "0.5.21, 0.5.22, 0.5.23 refuse to start decode" in msg and "dc 21:698-704" in msg
+    off = scenario.load_file(write(tmp_path, MINIMAL + "[options]\ndecode_host_receive = false\n"))
+    assert off == scenario.load_file(write(tmp_path, MINIMAL))
+
+
+def test_a_release_with_a_host_capable_backend_is_not_modelled(tmp_path, monkeypatch):
+    """The refusal is derived from the release records: a release whose
+    backend accepted host destinations would make the mode reachable, and the
+    loader then says the model does not have it, instead of the reason above."""
+    import attrs
+    from reqmodel import releases
+    capable = attrs.evolve(releases.R0523, name="next", host_destination_backends=("mooncake",))
+    monkeypatch.setitem(releases.RELEASES, "next", capable)
+    with pytest.raises(ScenarioError, match="not modelled .needed for next"):
+        scenario.load_file(write(tmp_path, MINIMAL + "[options]\ndecode_host_receive = true\n"))

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import pathlib
 import tempfile
 import types
 from array import array
@@ -44,6 +45,8 @@ from sglang.srt.managers import scheduler as sch
 from sglang.srt.managers import utils as mu
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import ServerArgs
+
+import sourcescan  # beside this file on the worker's path
 
 BOOTSTRAP_PORT = 8998
 _PARALLEL = types.SimpleNamespace(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1,
@@ -75,13 +78,16 @@ def setup() -> Dict[str, Any]:
     return features()
 
 
-def features() -> Dict[str, bool]:
+def features() -> Dict[str, Any]:
     return {
         "is_unadmitted_reject": hasattr(du, "is_unadmitted_reject"),
         "retire_unadmitted_request": hasattr(sch.Scheduler, "retire_unadmitted_request"),
         "prefill_max_input_len": "max_input_len" in inspect.getsource(
             pf.PrefillBootstrapQueue._check_if_req_exceed_kv_capacity),
         "decode_init_receiver": hasattr(dc.DecodePreallocQueue, "_init_receiver"),
+        "decode_host_receive": hasattr(dc.DecodePreallocQueue, "_pre_alloc_host"),
+        "host_destination_classes": sourcescan.host_destination_classes(
+            pathlib.Path(dc.__file__).parent),
     }
 
 
