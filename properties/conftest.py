@@ -1,9 +1,8 @@
-"""Shared fixtures: each (release, scenario) pair is explored once per session."""
-import functools
-
+"""Fixtures of the property suite (the shared explorations are in the root
+conftest.py)."""
 import pytest
 
-from reqmodel import explore, hypo, mutants, properties, releases, scenario
+from reqmodel import hypo
 
 # dev / ci / thorough, for `pytest --hypothesis-profile NAME` and HYPOTHESIS_PROFILE
 hypo.register_profiles()
@@ -20,14 +19,3 @@ def hypothesis_profile_name(config) -> str:
 def hprofile(pytestconfig):
     return hypothesis_profile_name(pytestconfig)
 
-
-@functools.lru_cache(maxsize=None)
-def exploration(release_name: str, scenario_name: str):
-    rel = mutants.MUTANTS.get(release_name) or releases.get(release_name)
-    return explore.explore(rel, scenario.builtin(scenario_name),
-                           properties.select([]), keep_graph=False)
-
-
-@pytest.fixture(scope="session")
-def explored():
-    return exploration

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import collections
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import attrs
 import networkx as nx
@@ -77,6 +77,7 @@ class Exploration:
     complete: bool
     graph: Optional[nx.DiGraph] = None
     state_of: Optional[List[State]] = None  # node id -> canonical state, with the graph
+    fired: FrozenSet[str] = frozenset()  # every action taken on some explored edge
 
 
 class _Interner:
@@ -143,6 +144,7 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     if graph is not None:
         graph.add_node(0)
     edges = 0
+    fired = set()
 
     def check_state(v: int, s: State) -> None:
         for p in state_props:
@@ -162,6 +164,7 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
         u = queue.popleft()
         s = states[u]
         for step, nxt, evs in successors(ctx, s):
+            fired.add(step.action)
             for p in trans_props:
                 if p.name not in found and not p.holds_on(s, step, evs, nxt):
                     found[p.name] = ("transition", u, step)
@@ -209,7 +212,7 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     return Exploration(release=release, scenario=scenario, verdicts=verdicts,
                        states=len(states), edges=edges, depth=max(depth), seconds=seconds,
                        complete=complete and not queue, graph=graph,
-                       state_of=states if keep_graph else None)
+                       state_of=states if keep_graph else None, fired=frozenset(fired))
 
 
 def _path(v: int, parent) -> List[int]:

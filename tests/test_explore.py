@@ -241,6 +241,15 @@ def test_stop_early_agrees_with_exhaustion():
         assert b.complete
 
 
+def test_fired_lists_the_actions_of_the_explored_edges():
+    sc = scenario.builtin("incident")
+    for rel in ("0.5.19", "0.5.21"):
+        ex = explore.explore(releases.get(rel), sc, properties.select([]),
+                             stop_early=False, symmetry=False)
+        on_edges = {d["step"].action for _, _, d in ex.graph.edges(data=True)}
+        assert ex.fired == on_edges and "d_transferred" in ex.fired
+
+
 def test_bound_is_enforced():
     with pytest.raises(explore.BoundExceeded, match="more than 50 distinct states"):
         explore.explore(releases.get("0.5.19"), scenario.builtin("incident"),
