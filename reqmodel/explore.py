@@ -113,7 +113,7 @@ def symmetry_classes(sc: Scenario) -> Tuple[Tuple, ...]:
 def explore(release: Release, scenario: Scenario, props: Sequence[Property],
             max_states: int = DEFAULT_MAX_STATES, stop_early: bool = True,
             keep_graph: bool = True, symmetry: bool = True,
-            edge_events: bool = False) -> Exploration:
+            edge_events: bool = False, keep_states: bool = False) -> Exploration:
     """Explore the reachable states of ``scenario`` under ``release``.
 
     With ``stop_early`` the search ends once every property has a verdict that
@@ -121,6 +121,8 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     reachability property reached); otherwise it exhausts the space.
     With ``edge_events`` each graph edge also keeps the step's events (the
     cost analysis of ``reqmodel guard`` reads them; nothing else pays for it).
+    ``state_of`` (every canonical state, in breadth-first order) is returned
+    with the graph, or alone with ``keep_states``.
     """
     ctx = Ctx(release=release, scenario=scenario)
     classes = symmetry_classes(scenario)
@@ -212,7 +214,8 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     return Exploration(release=release, scenario=scenario, verdicts=verdicts,
                        states=len(states), edges=edges, depth=max(depth), seconds=seconds,
                        complete=complete and not queue, graph=graph,
-                       state_of=states if keep_graph else None, fired=frozenset(fired))
+                       state_of=states if keep_graph or keep_states else None,
+                       fired=frozenset(fired))
 
 
 def _path(v: int, parent) -> List[int]:

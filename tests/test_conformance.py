@@ -19,9 +19,30 @@ RELEASES = releases.NAMES
 ROOT = conform.DEFAULT_DIR
 
 
+_EXPLORED = None  # the session's shared explorations (root conftest.py)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_explorations(explored):
+    """Build the cases from the explorations the rest of the suite made, when
+    it runs in the same process (.ci/run does): exploring every built-in
+    scenario again was 406 of the conformance suite's 512 s."""
+    global _EXPLORED
+    _EXPLORED = explored
+
+
+def shared_states(rel):
+    """Every reachable state of a built-in scenario, from the shared exploration."""
+    def states_of(name):
+        ex = _EXPLORED(rel, name)
+        # an early-stopped exploration lacks states: explore that one fully
+        return ex.state_of if ex.complete else cases_mod.reachable_states(ex.release, name)
+    return states_of
+
+
 @functools.lru_cache(maxsize=None)
 def model_cases(rel):
-    return cases_mod.model_cases(releases.get(rel), 1000)
+    return cases_mod.model_cases(releases.get(rel), 1000, states_of=shared_states(rel))
 
 
 @functools.lru_cache(maxsize=None)
@@ -115,3 +136,13 @@ def test_no_built_in_backend_accepts_host_destinations():
         record = releases.get(rel).host_destination_backends
         assert feats["decode_host_receive"] is (record is not None), rel
         assert feats["host_destination_classes"] == list(record or ()), rel
+
+
+def test_shared_explorations_give_the_same_cases():
+    """The cases built from the suite's explorations are the ones ``reqmodel
+    conform`` builds by exploring on its own, origins and order included."""
+    rel = releases.get("0.5.21")
+    names = ["incident", "two-rank-abort"]
+    own = cases_mod.from_builtin(rel, names)
+    shared = cases_mod.from_builtin(rel, names, states_of=shared_states("0.5.21"))
+    assert list(own.cases.values()) == list(shared.cases.values())

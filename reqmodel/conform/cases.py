@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import attrs
 
@@ -26,7 +26,7 @@ from .. import actions, explore, scenario as scenario_mod
 from ..actions import BY_NAME, Ctx
 from ..releases import Release
 from ..scenario import Scenario
-from ..state import DStage, KVPoll, PStage
+from ..state import DStage, KVPoll, PStage, State
 
 PAGE = 16
 # model action -> seam driven in the real code (adapter.SEAMS)
@@ -208,15 +208,29 @@ class Collector:
                                      f"{old.origin} vs {case.origin}")
 
 
+StatesOf = Callable[[str], Sequence[State]]
+
+
+def reachable_states(release: Release, name: str) -> Sequence[State]:
+    """Every reachable (canonical) state of a built-in scenario, breadth-first."""
+    return explore.explore(release, scenario_mod.builtin(name), [], stop_early=False,
+                           keep_graph=False, keep_states=True).state_of
+
+
 def from_builtin(release: Release, names: Optional[List[str]] = None,
-                 collector: Optional[Collector] = None) -> Collector:
-    """Every reachable state of the built-in scenarios (exhaustive)."""
+                 collector: Optional[Collector] = None,
+                 states_of: Optional[StatesOf] = None) -> Collector:
+    """Every reachable state of the built-in scenarios (exhaustive).
+    ``states_of(name)`` may supply them from an exploration already made (the
+    test suite shares its explorations); it must give every reachable state in
+    breadth-first order, as ``reachable_states`` does, so that the cases and
+    their origins are the same."""
     col = collector or Collector(release)
     for name in names or scenario_mod.builtin_names():
         sc = scenario_mod.builtin(name)
-        ex = explore.explore(release, sc, [], stop_early=False, keep_graph=True)
+        states = states_of(name) if states_of else reachable_states(release, name)
         ctx = Ctx(release=release, scenario=sc)
-        for s in ex.state_of:
+        for s in states:
             col.add_state(ctx, s, f"scenario {name}")
     return col
 
@@ -266,7 +280,8 @@ def _describe(sc: Scenario) -> str:
             f"{' truncate' if sc.decode.auto_truncate else ''}")
 
 
-def model_cases(release: Release, target: int = 1000) -> List[Case]:
-    col = from_builtin(release)
+def model_cases(release: Release, target: int = 1000,
+                states_of: Optional[StatesOf] = None) -> List[Case]:
+    col = from_builtin(release, states_of=states_of)
     from_drawn(release, target, col)
     return list(col.cases.values())
