@@ -60,10 +60,12 @@ class Release:
     clear_slot_resets_checksum: bool  # a freed metadata slot's checksum row is zeroed (clear_slot)
     has_cache_handle: bool  # Req.cache_request_handle exists
     # Decode host receive (host-staged destinations): None when the release
-    # has no such mode; otherwise the built-in transfer backends whose KV
-    # manager accepts host destinations.  () on every modelled release: the
-    # mode exists from 0.5.21 but decode refuses to start with any shipped
-    # backend (notes/traceability.md "Host-staged destinations").
+    # has no such mode; otherwise the classes of the built-in transfer
+    # backends that accept host destinations, as ``path:Class`` under
+    # ``disaggregation/`` (what conformance's source scan reports).  () on
+    # every modelled release: the mode exists from 0.5.21 but decode refuses
+    # to start with any shipped backend (notes/traceability.md "Host-staged
+    # destinations").
     host_destination_backends: Optional[Tuple[str, ...]]
     cites: Dict[str, str] = attrs.field(factory=dict, eq=False, hash=False)
 

@@ -15,6 +15,8 @@ from typing import Any, Dict, Optional, Tuple
 
 import attrs
 
+from . import releases
+
 
 class ScenarioError(ValueError):
     """A scenario that cannot be loaded; the message is one line for the user."""
@@ -323,7 +325,6 @@ def _refuse_host_receive() -> None:
     destinations, which no built-in backend does (the release records'
     ``host_destination_backends``, checked against the wheels by the
     conformance suite)."""
-    from . import releases
     with_mode = [r for r in releases.RELEASES.values()
                  if r.host_destination_backends is not None]
     capable = [r.name for r in with_mode if r.host_destination_backends]
@@ -331,7 +332,7 @@ def _refuse_host_receive() -> None:
         raise ScenarioError(
             "options.decode_host_receive: host-staged destinations are not modelled "
             f"(needed for {', '.join(capable)}, whose backends accept them)")
-    without = [r.name for r in releases.RELEASES.values() if r not in with_mode]
+    without = [r.name for r in releases.RELEASES.values() if r.host_destination_backends is None]
     raise ScenarioError(
         f"options.decode_host_receive: no modelled release can run it: {', '.join(without)} "
         f"have no host receive, and {', '.join(r.name for r in with_mode)} refuse to start "

@@ -161,7 +161,7 @@ def test_a_release_with_a_host_capable_backend_is_not_modelled(tmp_path, monkeyp
     loader then says the model does not have it, instead of the reason above."""
     import attrs
     from reqmodel import releases
-    capable = attrs.evolve(releases.R0523, name="next", host_destination_backends=("mooncake",))
+    capable = attrs.evolve(releases.R0523, name="next", host_destination_backends=("mooncake/conn.py:MooncakeKVManager",))
     monkeypatch.setitem(releases.RELEASES, "next", capable)
     with pytest.raises(ScenarioError, match="not modelled .needed for next"):
         scenario.load_file(write(tmp_path, MINIMAL + "[options]\ndecode_host_receive = true\n"))
