@@ -163,6 +163,7 @@ def machine(release: Release, scenario, props: Sequence[Property],
         self.state = initial_state(sc)
         self.steps = []
         self._progress = {(w, r): 0 for w in WORKERS for r in range(sc.n)}
+        self._fired_for = {}  # action -> requests it has fired for in this run
         self._enabled_for = None
 
     def __init__(self):
@@ -226,10 +227,14 @@ def machine(release: Release, scenario, props: Sequence[Property],
 
     def _held(self, name, r, t) -> bool:
         """A delayed pair is held until its release step (None: until nothing
-        else can move)."""
+        else can move; OVERTAKEN: until the action has fired for another
+        request)."""
         for key in ((name, r), (THREAD[name], r)):
             release_at = self._delayed.get(key, -1)
-            if release_at is None or t < release_at:
+            if release_at is OVERTAKEN:
+                if not self._fired_for.get(name, set()) - {r}:
+                    return True
+            elif release_at is None or t < release_at:
                 return True
         return False
 
@@ -308,6 +313,7 @@ def machine(release: Release, scenario, props: Sequence[Property],
             self._history.append(f"{a.name}:{r}:{arg}")
             stats.steps += 1
             self._progress[(WORKER[a.name], r)] += 1
+            self._fired_for.setdefault(a.name, set()).add(r)
             if a.event_flag is not None:
                 self._timers.pop((a.name, r), None)  # an event is due once
             self.state = nxt
@@ -384,6 +390,11 @@ def _run_space(sc: Scenario):
     return pairs, threads, events
 
 
+# a delayed (action, request) pair released once another request has taken
+# that step: one request overtakes another at one stage of their lives
+OVERTAKEN = "overtaken"
+
+
 def draw_schedule(rnd: random.Random, sc: Scenario):
     """One run's schedule: ``(timers, rank, delayed)``.
 
@@ -391,9 +402,11 @@ def draw_schedule(rnd: random.Random, sc: Scenario):
       event's worker) from which it is due, uniform in [0, EVENT_HORIZON + 1];
     * half the runs are *priority runs*: ``rank`` orders every (action,
       request) pair and only the first enabled one moves;
-    * the others are *delay runs*: some threads and some (action, request)
-      pairs wait until a step in [0, 40], or (half the time) until nothing
-      else can move; ``rank`` is None."""
+    * the others are *delay runs*: some threads wait until a step in
+      [0, 40], or (half the time) until nothing else can move; some
+      (action, request) pairs wait, a third each, until a step in [0, 40],
+      until nothing else can move, or until another request has taken the
+      same step (``OVERTAKEN``); ``rank`` is None."""
     pairs, threads, events = _run_space(sc)
     timers = {e: rnd.randint(0, EVENT_HORIZON + 1) for e in events}
     if rnd.random() < 0.5:
@@ -401,9 +414,11 @@ def draw_schedule(rnd: random.Random, sc: Scenario):
         rnd.shuffle(order)
         return timers, {p: i for i, p in enumerate(order)}, {}
     delayed = {}
-    for key in (rnd.sample(threads, rnd.randint(0, len(threads)))
-                + rnd.sample(pairs, rnd.randint(0, min(4, len(pairs))))):
+    for key in rnd.sample(threads, rnd.randint(0, len(threads))):
         delayed[key] = None if rnd.random() < 0.5 else rnd.randint(0, 40)
+    for key in rnd.sample(pairs, rnd.randint(0, min(4, len(pairs)))):
+        u = rnd.random()
+        delayed[key] = None if u < 1 / 3 else OVERTAKEN if u < 2 / 3 else rnd.randint(0, 40)
     return timers, None, delayed
 
 

@@ -52,18 +52,46 @@ def test_schedules_mix_priority_and_delay_runs_and_spread_timers():
     sc = scenario.builtin("optimistic-abort-unit")
     pairs, _, events = hypo._run_space(sc)
     rnd = random.Random(1)
-    kinds, timers = set(), set()
+    kinds, timers, releases_of_pairs = set(), set(), set()
     for _ in range(200):
         t, rank, delayed = hypo.draw_schedule(rnd, sc)
         assert set(t) == set(events)
         timers.update(t.values())
         if rank is None:
             kinds.add("delay")
+            for key, at in delayed.items():
+                if key in pairs:
+                    releases_of_pairs.add("step" if isinstance(at, int) else at)
+                else:
+                    assert at is None or isinstance(at, int)  # threads are never overtaken
         else:
             kinds.add("priority")
             assert sorted(rank.values()) == list(range(len(pairs))) and not delayed
     assert kinds == {"priority", "delay"}
     assert timers == set(range(hypo.EVENT_HORIZON + 2))
+    assert releases_of_pairs == {"step", None, hypo.OVERTAKEN}
+
+
+def test_an_overtaken_pair_waits_until_another_request_takes_the_step():
+    M = hypo.machine(releases.get("0.5.19"), INCIDENT, [])
+    rules = _rules(M)
+    m = M()
+    rules["start"].function(m, ZeroSeeds())
+    m._rank, m._timers, m._delayed = None, {}, {("p_intake", 0): hypo.OVERTAKEN}
+    m._enabled_for = None
+    assert m.enabled_map()["p_intake"] == [1]  # request 0 waits for request 1
+    rules["d_intake"].function(m, ZeroSeeds())  # another action does not release it
+    assert m.enabled_map()["p_intake"] == [1]
+    rules["p_intake"].function(m, ZeroSeeds())  # request 1 takes the step
+    assert m.steps[-1] == Step("p_intake", 1, ())
+    assert m.enabled_map()["p_intake"] == [0]
+    # alone, a request is not held for ever: with nothing else to move it goes
+    m2 = M()
+    rules["start"].function(m2, ZeroSeeds())
+    m2._rank, m2._timers = None, {}
+    m2._delayed = {(a, r): hypo.OVERTAKEN for a in ("p_intake", "d_intake") for r in (0, 1)}
+    m2._enabled_for = None
+    assert m2.enabled_map()["p_intake"] == [0, 1]
 
 
 class ZeroSeeds:

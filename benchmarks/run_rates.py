@@ -1,0 +1,79 @@
+"""Per-run hit rates of the Hypothesis engine's schedules, outside Hypothesis.
+
+The machine ``hypo.machine`` builds is driven directly: each run draws its
+schedule from a seeded ``random.Random`` (as ``start`` does), then picks
+uniformly among the enabled rules, requests and choices until the run can
+no longer move. The rate is the share of runs in which the property is hit.
+It measures the schedules (``draw_schedule``, ``enabled_map``) on their own,
+without Hypothesis's draw biases or budget, so two versions of the
+scheduler can be compared on the rare orderings.  Usage::
+
+    python benchmarks/run_rates.py --runs 5000 [--seed 1] PROP SCENARIO RELEASE [...]
+"""
+import argparse
+import random
+import time
+
+from reqmodel import hypo, properties, releases, scenario
+
+
+class Draws:
+    """Stands in for Hypothesis's ``data``: uniform indices, random seeds."""
+
+    SIZES = {id(hypo.index(n)): n for n in range(1, hypo.MAX_CHOICES + 1)}
+
+    def __init__(self, rnd: random.Random):
+        self.rnd = rnd
+
+    def draw(self, strategy, label=None):
+        if label in ("rid", "arg"):
+            return self.rnd.randrange(self.SIZES[id(strategy)])
+        return self.rnd.getrandbits(64)
+
+
+def rate(prop: str, sc: str, rel: str, runs: int, seed: int):
+    M = hypo.machine(releases.get(rel), scenario.builtin(sc), [properties.CATALOG[prop]])
+    rules = {n: getattr(M, n).hypothesis_stateful_rule.function for n in dir(M)
+             if hasattr(getattr(M, n), "hypothesis_stateful_rule")}
+    invariants = [getattr(M, n) for n in dir(M) if n.startswith(("inv_", "reach_"))]
+    rnd = random.Random(seed)
+    data = Draws(rnd)
+    hits = steps = 0
+    for _ in range(runs):
+        m = M()
+        rules["start"](m, data)
+        try:
+            while True:
+                names = m.enabled_rules()
+                if names == {"start"}:
+                    break
+                rules[rnd.choice(sorted(names))](m, data)
+                steps += 1
+                for inv in invariants:
+                    inv(m)
+        except hypo.Violation:
+            hits += 1
+    return hits, steps
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=5000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("cells", nargs="+", help="PROP SCENARIO RELEASE triples")
+    args = ap.parse_args()
+    if len(args.cells) % 3:
+        ap.error("cells come in PROP SCENARIO RELEASE triples")
+    print("| property | scenario | release | runs | hits | rate | steps/s |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    for i in range(0, len(args.cells), 3):
+        prop, sc, rel = args.cells[i:i + 3]
+        t0 = time.perf_counter()
+        hits, steps = rate(prop, sc, rel, args.runs, args.seed)
+        dt = time.perf_counter() - t0
+        print(f"| `{prop}` | {sc} | {rel} | {args.runs} | {hits} | {100 * hits / args.runs:.2f} % "
+              f"| {steps / dt:.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
