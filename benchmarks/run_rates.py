@@ -17,27 +17,13 @@ import time
 from reqmodel import hypo, properties, releases, scenario
 
 
-class Draws:
-    """Stands in for Hypothesis's ``data``: uniform indices, random seeds."""
-
-    SIZES = {id(hypo.index(n)): n for n in range(1, hypo.MAX_CHOICES + 1)}
-
-    def __init__(self, rnd: random.Random):
-        self.rnd = rnd
-
-    def draw(self, strategy, label=None):
-        if label in ("rid", "arg"):
-            return self.rnd.randrange(self.SIZES[id(strategy)])
-        return self.rnd.getrandbits(64)
-
-
 def rate(prop: str, sc: str, rel: str, runs: int, seed: int):
     M = hypo.machine(releases.get(rel), scenario.builtin(sc), [properties.CATALOG[prop]])
     rules = {n: getattr(M, n).hypothesis_stateful_rule.function for n in dir(M)
              if hasattr(getattr(M, n), "hypothesis_stateful_rule")}
     invariants = [getattr(M, n) for n in dir(M) if n.startswith(("inv_", "reach_"))]
     rnd = random.Random(seed)
-    data = Draws(rnd)
+    data = hypo.RandomData(rnd)
     hits = steps = 0
     for _ in range(runs):
         m = M()

@@ -432,6 +432,22 @@ def answered(s) -> int:
     return sum((p.answer is not None) + (d.answer is not None) for p, d in zip(s.p, s.d))
 
 
+class RandomData:
+    """Stands in for Hypothesis's ``data`` when a machine is driven outside
+    Hypothesis (``benchmarks/run_rates.py``, tests): a uniform index for each
+    request and choice, a random run seed."""
+
+    SIZES = {id(index(n)): n for n in range(1, MAX_CHOICES + 1)}
+
+    def __init__(self, rnd: random.Random):
+        self.rnd = rnd
+
+    def draw(self, strategy, label=None):
+        if label in ("rid", "arg"):
+            return self.rnd.randrange(self.SIZES[id(strategy)])
+        return self.rnd.getrandbits(64)
+
+
 # --------------------------------------------------------------- search
 
 

@@ -116,20 +116,6 @@ def test_runs_of_one_example_differ_even_when_every_seed_is_zero():
     assert (m._timers, m._rank, m._delayed) != first
 
 
-class RandomDraws:
-    """Stands in for Hypothesis's ``data``: any index, any seed."""
-
-    SIZES = {id(hypo.index(n)): n for n in range(1, hypo.MAX_CHOICES + 1)}
-
-    def __init__(self, rnd):
-        self.rnd = rnd
-
-    def draw(self, strategy, label=None):
-        if label in ("rid", "arg"):
-            return self.rnd.randrange(self.SIZES[id(strategy)])
-        return self.rnd.getrandbits(64)
-
-
 def _rules(M):
     return {n: getattr(M, n).hypothesis_stateful_rule for n in dir(M)
             if hasattr(getattr(M, n), "hypothesis_stateful_rule")}
@@ -148,7 +134,7 @@ def test_the_rule_strategy_draws_exactly_the_rules_whose_precondition_holds():
         rules = _rules(M)
         assert set(rules) == {a.name for a in ACTIONS} | {"start"}
         m = M()
-        data = RandomDraws(rnd)
+        data = hypo.RandomData(rnd)
         for _ in range(120):
             by_precondition = {n for n, r in rules.items()
                                if all(p(m) for p in r.preconditions)}
