@@ -5,6 +5,8 @@ rule that stopped being read (the generation check, the late-status drop,
 the enqueue filter, the free-slot choice) fails here and not only as a moved
 cell in the verdict table.
 """
+import pathlib
+
 import attrs
 import pytest
 
@@ -179,3 +181,20 @@ def test_a_dirty_free_metadata_slot_is_a_choice():
     assert actions.slot_choices(s) == (0, 1)
     clean = initial_state(sc)
     assert actions.slot_choices(clean) == (0,)
+
+
+def test_a_third_request_of_the_room_polls_what_a_drain_ack_popped_from_0_5_21():
+    """Found by the Hypothesis engine on a drawn five-request scenario and
+    reproduced with three (notes/verdicts.md, "Larger scenarios"): request
+    0's transfer fails and decode holds its page (deferred release), request
+    1 is failed by request 0's late ABORT, request 2 takes the room, and
+    request 0's drain ack pops the request_status entry request 2 polls."""
+    sc = scenario.load_file(str(pathlib.Path(__file__).parent.parent
+                                / "notes/examples/room-reuse-three.toml"))
+    popped = properties.CATALOG["no-poll-of-popped-room"]
+    for name in releases.NAMES:
+        expected = ("holds", None) if name in ("0.5.19", "0.5.20") else ("violated", 20)
+        assert verdict(releases.get(name), sc, popped) == expected, name
+    # deferred release is what keeps request 0's receiver alive until the ack
+    off = attrs.evolve(sc, deferred_release=False)
+    assert verdict(releases.get("0.5.22"), off, popped) == ("holds", None)
