@@ -198,3 +198,10 @@ def test_a_third_request_of_the_room_polls_what_a_drain_ack_popped_from_0_5_21()
     # deferred release is what keeps request 0's receiver alive until the ack
     off = attrs.evolve(sc, deferred_release=False)
     assert verdict(releases.get("0.5.22"), off, popped) == ("holds", None)
+    # and from 0.5.21 decode holds a failure it never sent ABORT for
+    # (ensure_abort_notified(force_arm=True), dc 21:2692): that field alone
+    # opens and closes it
+    r20, r21 = releases.get("0.5.20"), releases.get("0.5.21")
+    assert verdict(attrs.evolve(r21, hold_unnotified=False), sc, popped) == ("holds", None)
+    assert verdict(attrs.evolve(r20, deferred_release_default=True, hold_unnotified=True),
+                   sc, popped) == ("violated", 20)
