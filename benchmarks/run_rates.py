@@ -19,8 +19,7 @@ from reqmodel import hypo, properties, releases, scenario
 
 def rate(prop: str, sc: str, rel: str, runs: int, seed: int):
     M = hypo.machine(releases.get(rel), scenario.builtin(sc), [properties.CATALOG[prop]])
-    rules = {n: getattr(M, n).hypothesis_stateful_rule.function for n in dir(M)
-             if hasattr(getattr(M, n), "hypothesis_stateful_rule")}
+    rules = {n: r.function for n, r in hypo.rules_of(M).items()}
     invariants = [getattr(M, n) for n in dir(M) if n.startswith(("inv_", "reach_"))]
     rnd = random.Random(seed)
     data = hypo.RandomData(rnd)

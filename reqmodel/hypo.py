@@ -432,6 +432,13 @@ def answered(s) -> int:
     return sum((p.answer is not None) + (d.answer is not None) for p, d in zip(s.p, s.d))
 
 
+def rules_of(M: type) -> Dict[str, object]:
+    """A generated machine's Hypothesis rules by name (``start`` and one per
+    action), for driving it outside Hypothesis: ``rules_of(M)[name].function``."""
+    return {n: getattr(M, n).hypothesis_stateful_rule for n in dir(M)
+            if hasattr(getattr(M, n), "hypothesis_stateful_rule")}
+
+
 class RandomData:
     """Stands in for Hypothesis's ``data`` when a machine is driven outside
     Hypothesis (``benchmarks/run_rates.py``, tests): a uniform index for each

@@ -74,7 +74,7 @@ def test_schedules_mix_priority_and_delay_runs_and_spread_timers():
 
 def test_an_overtaken_pair_waits_until_another_request_takes_the_step():
     M = hypo.machine(releases.get("0.5.19"), INCIDENT, [])
-    rules = _rules(M)
+    rules = hypo.rules_of(M)
     m = M()
     rules["start"].function(m, ZeroSeeds())
     m._rank, m._timers, m._delayed = None, {}, {("p_intake", 0): hypo.OVERTAKEN}
@@ -104,8 +104,7 @@ class ZeroSeeds:
 def test_runs_of_one_example_differ_even_when_every_seed_is_zero():
     sc = scenario.builtin("optimistic-abort-unit")
     M = hypo.machine(releases.get("0.5.19"), sc, [properties.CATALOG["abort-is-terminal"]])
-    rules = {n: getattr(M, n).hypothesis_stateful_rule.function for n in dir(M)
-             if hasattr(getattr(M, n), "hypothesis_stateful_rule")}
+    rules = {n: r.function for n, r in hypo.rules_of(M).items()}
     m = M()
     rules["start"](m, ZeroSeeds())
     first = (m._timers, m._rank, m._delayed)
@@ -114,11 +113,6 @@ def test_runs_of_one_example_differ_even_when_every_seed_is_zero():
         rules[name](m, ZeroSeeds())
     rules["start"](m, ZeroSeeds())
     assert (m._timers, m._rank, m._delayed) != first
-
-
-def _rules(M):
-    return {n: getattr(M, n).hypothesis_stateful_rule for n in dir(M)
-            if hasattr(getattr(M, n), "hypothesis_stateful_rule")}
 
 
 def test_the_rule_strategy_draws_exactly_the_rules_whose_precondition_holds():
@@ -131,7 +125,7 @@ def test_the_rule_strategy_draws_exactly_the_rules_whose_precondition_holds():
     for name in scenario.builtin_names():
         sc = scenario.builtin(name)
         M = hypo.machine(releases.get(rnd.choice(releases.NAMES)), sc, [])
-        rules = _rules(M)
+        rules = hypo.rules_of(M)
         assert set(rules) == {a.name for a in ACTIONS} | {"start"}
         m = M()
         data = hypo.RandomData(rnd)
