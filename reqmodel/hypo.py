@@ -58,6 +58,7 @@ MAX_CHOICES = 256
 # [0, EVENT_HORIZON + 1] (past the horizon: only when nothing else can move);
 # a request's life on one worker takes 5 to 10 steps in the built-in scenarios
 EVENT_HORIZON = 10
+REARM = 0.5  # chance that an event, once fired, is armed again (start, fire)
 WORKERS = ("P", "D")
 WORKER = {a.name: "D" if a.name.startswith("d_") else "P" for a in ACTIONS}
 THREADS = ("P", "D", "X")  # a request's prefill side, decode side, KV transfer
@@ -179,6 +180,7 @@ def machine(release: Release, scenario, props: Sequence[Property],
         self._delayed = {}
         self._rank = None
         self._timers = {}
+        self._rnd = None
         stats.examples += 1
 
     ns = {"__init__": __init__}
@@ -282,8 +284,8 @@ def machine(release: Release, scenario, props: Sequence[Property],
         # across runs and examples; the history is a function of the
         # example's choices, so a replay gets the same schedule
         salt = ";".join(self._history)
-        self._timers, self._rank, self._delayed = draw_schedule(
-            random.Random(f"{seed}|{salt}"), self.scenario)
+        self._rnd = random.Random(f"{seed}|{salt}")
+        self._timers, self._rank, self._delayed = draw_schedule(self._rnd, self.scenario)
         stats.runs += 1
 
     ns["start"] = precondition(lambda self: self.state is None or quiescent(self))(
@@ -315,7 +317,14 @@ def machine(release: Release, scenario, props: Sequence[Property],
             self._progress[(WORKER[a.name], r)] += 1
             self._fired_for.setdefault(a.name, set()).add(r)
             if a.event_flag is not None:
-                self._timers.pop((a.name, r), None)  # an event is due once
+                # a timer is due once; half the time the event is armed again
+                # for a later step of its request's life, so a run can see it
+                # twice where the model allows (a request's transfer failing,
+                # then its stale write failing in the room's next lifecycle)
+                self._timers.pop((a.name, r), None)
+                if self._rnd.random() < REARM:
+                    self._timers[(a.name, r)] = (self._progress[(WORKER[a.name], r)]
+                                                 + self._rnd.randint(1, EVENT_HORIZON + 1))
             self.state = nxt
             self._stale = max(self._stale, stale_reserved(nxt))
             self._answered = max(self._answered, answered(nxt))

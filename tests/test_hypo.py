@@ -134,3 +134,36 @@ def test_the_rule_strategy_draws_exactly_the_rules_whose_precondition_holds():
                                if all(p(m) for p in r.preconditions)}
             assert m.enabled_rules() == by_precondition, (name, len(m.steps))
             rules[rnd.choice(sorted(by_precondition))].function(m, data)
+
+
+class _Always(random.Random):
+    def __init__(self, u):
+        super().__init__(0)
+        self.u = u
+
+    def random(self):
+        return self.u
+
+
+def test_an_event_can_be_armed_again_after_it_fires():
+    """Events fire when their timer is due; half the time one is armed again
+    for a later step of its request, so a run can see an event twice where the
+    model allows it (a request's transfer failing, then its stale write)."""
+    sc = scenario.builtin("transfer-failure")
+    M = hypo.machine(releases.get("0.5.21"), sc, [])
+    rules = hypo.rules_of(M)
+    for u, armed_again in ((0.0, True), (0.99, False)):
+        m = M()
+        rules["start"].function(m, ZeroSeeds())
+        m._rank, m._delayed, m._rnd = None, {}, _Always(u)
+        m._timers = {("xfer_fail", 0): 0}
+        while "xfer_fail" not in m.enabled_rules():
+            name = sorted(m.enabled_rules())[0]
+            assert name != "start", "the failure never became possible"
+            rules[name].function(m, ZeroSeeds())
+        rules["xfer_fail"].function(m, ZeroSeeds())
+        progress = m._progress[("P", 0)]
+        if armed_again:
+            assert progress < m._timers[("xfer_fail", 0)] <= progress + hypo.EVENT_HORIZON + 1
+        else:
+            assert ("xfer_fail", 0) not in m._timers
