@@ -147,6 +147,25 @@ ESTABLISHED = {
     ("transfer-status-monotone", "room-reuse"): ["F7", "H", "H", "H", "H"],
     ("pending-abort-not-overwritten", "room-reuse"): ["F13", "H", "H", "H", "H"],
     ("valid-request-completes", "room-reuse"): ["R15", "R15", "R15", "R15", "R15"],
+    # three requests on one room (notes/verdicts.md, "Larger scenarios"):
+    # request 0's failed transfer is held (deferred release, the default from
+    # 0.5.21, which also holds a failure decode never sent ABORT for:
+    # hold_unnotified, dc 21:2692), request 1 is failed by request 0's late
+    # ABORT, request 2's receiver creates decode's request_status entry, and
+    # request 0's drain ack pops it under request 2's poll (KeyError)
+    ("no-poll-of-popped-room", "room-reuse-three"): ["H", "H", "F20", "F20", "F20"],
+    ("drain-ack-reaches-every-rank", "room-reuse-three"): ["H", "H", "H", "F16", "F16"],
+    # request 1's stale chunk lands in the room request 2's metadata re-created,
+    # after request 2's prefill has answered: prefill's request_status[room]
+    # stays Success with no sender left to clear it (needs request 0's
+    # transfer to fail, then its stale write's batch: two failures)
+    ("room-state-released", "room-reuse-three"): ["H", "H", "F42", "F42", "F42"],
+    ("transfer-status-monotone", "room-reuse-three"): ["F7", "H", "H", "H", "H"],
+    ("commit-after-all-ranks", "room-reuse-three"): ["F19", "F19", "F21", "F21", "F21"],
+    ("no-reuse-during-inflight-write", "room-reuse-three"): ["F17", "F17", "F19", "F20", "F20"],
+    ("no-foreign-kv-read", "room-reuse-three"): ["F20", "F20", "F22", "F22", "F22"],
+    ("ack-belongs-to-its-hold", "room-reuse-three"): ["H", "H", "H", "H", "H"],
+    ("valid-request-completes", "room-reuse-three"): ["R15", "R15", "R15", "R15", "R15"],
     # issue #3, prefill TP = 2 (notes/verdicts.md, "Prefill TP"): decode counts
     # one Success report per prefill rank in prefill_response_tracker[room],
     # which names no request: with a reused room, reports of the earlier

@@ -991,11 +991,31 @@ def _p_digest(c: Ctx, s: State, r: int, q: int = 0) -> Tuple:
     return (r, start, min(req.extend_end, req.origin_pages) - start)
 
 
+def _room_passed_on(c: Ctx, s: State, r: int) -> bool:
+    """Request r's prefill has answered and the next request of its
+    ``bootstrap_room`` has reached a worker: whatever opens the room from
+    then on (the next sender's ``update_status(room, Bootstrapping)``, or its
+    metadata re-creating a cleared room on the bootstrap thread) opens it for
+    that request, not for r."""
+    return s.p[r].answer is not None and any(
+        c.scenario.previous_user(k) == r
+        and (s.p[k].stage is not PStage.ABSENT or s.d[k].stage is not DStage.ABSENT)
+        for k in range(c.scenario.n))
+
+
 def _failing_ranks(c, s, r):
+    """The prefill ranks where a transfer of request r's can fail now: its
+    room is taking chunks for r, or, once the next request of the room has
+    opened it, a write of r's is still in flight there. A scenario's
+    ``transfer_failure`` names requests, and a failure is one of r's own
+    transfers, so a shared room's later lifecycles do not fail under r's
+    name."""
+    ours = not _room_passed_on(c, s, r)
     out = []
     for q in pranks(c):
         room = room_of(c, s, r, q)
-        if room.status in (KVPoll.WaitingForInput, KVPoll.Transferring) and room.dst is not None:
+        if (room.status in (KVPoll.WaitingForInput, KVPoll.Transferring) and room.dst is not None
+                and (ours or any(m.rid == r for m in rank_msgs(s, "write", r, q)))):
             out.append(q)
     return out
 

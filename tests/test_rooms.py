@@ -5,7 +5,6 @@ rule that stopped being read (the generation check, the late-status drop,
 the enqueue filter, the free-slot choice) fails here and not only as a moved
 cell in the verdict table.
 """
-import pathlib
 
 import attrs
 import pytest
@@ -189,8 +188,7 @@ def test_a_third_request_of_the_room_polls_what_a_drain_ack_popped_from_0_5_21()
     0's transfer fails and decode holds its page (deferred release), request
     1 is failed by request 0's late ABORT, request 2 takes the room, and
     request 0's drain ack pops the request_status entry request 2 polls."""
-    sc = scenario.load_file(str(pathlib.Path(__file__).parent.parent
-                                / "notes/examples/room-reuse-three.toml"))
+    sc = scenario.builtin("room-reuse-three")
     popped = properties.CATALOG["no-poll-of-popped-room"]
     for name in releases.NAMES:
         expected = ("holds", None) if name in ("0.5.19", "0.5.20") else ("violated", 20)
@@ -205,3 +203,29 @@ def test_a_third_request_of_the_room_polls_what_a_drain_ack_popped_from_0_5_21()
     assert verdict(attrs.evolve(r21, hold_unnotified=False), sc, popped) == ("holds", None)
     assert verdict(attrs.evolve(r20, deferred_release_default=True, hold_unnotified=True),
                    sc, popped) == ("violated", 20)
+
+
+def test_a_transfer_failure_is_the_named_requests_own():
+    """``transfer_failure = [0]`` lets request 0's transfers fail. Once request
+    0 has answered and the next request of its room has reached a worker, a
+    failure of the room is that request's, unless a write of request 0's is
+    still in flight there (its stale chunk's batch failing)."""
+    ctx = Ctx(releases.get("0.5.21"), scenario.builtin("room-reuse-three"))
+    fail = actions.BY_NAME["xfer_fail"]
+    s = _run(ctx, [
+        Step("p_intake", 0), Step("d_intake", 0), Step("p_door", 0), Step("d_door", 0),
+        Step("d_prealloc", 0, (0, (0,))), Step("p_recv_metadata", 0),
+        Step("p_pop_bootstrapped", 0), Step("p_forward", 0), Step("p_result", 0)])
+    assert fail.enabled(ctx, s, 0)  # request 0's own transfer
+    s = _run(ctx, [
+        Step("xfer_fail", 0), Step("p_inflight", 0), Step("d_transferred", 0),
+        Step("p_intake", 1), Step("d_intake", 1), Step("p_recv_abort", 0), Step("p_door", 1),
+        Step("d_recv_ack", 0), Step("d_door", 1), Step("d_prealloc", 1, (0, (0,))),
+        Step("p_recv_metadata", 1), Step("p_pop_bootstrapped", 1), Step("p_forward", 1),
+        Step("p_result", 1)], s)
+    # the room takes request 1's chunks now, and request 0's stale chunk is
+    # still queued: no failure under request 0's name
+    assert s.rooms[0].status == KVPoll.WaitingForInput and s.msgs("chunk", 0)
+    assert not fail.enabled(ctx, s, 0)
+    s = _run(ctx, [Step("xfer_dequeue", 0)], s)  # its write is in flight
+    assert fail.enabled(ctx, s, 0)
