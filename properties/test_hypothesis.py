@@ -77,6 +77,15 @@ NOT_FOUND_BY_CI = {
         "two ranks: 0.30 % of runs",
     ("drain-ack-reaches-every-rank", "two-rank-abort", "0.5.21"):
         "both ABORTs and clear() inside one write's flight: 0.05 % of runs",
+    ("no-foreign-kv-read", "prefill-tp-failure", "0.5.19"):
+        "one prefill rank's stray write landing in the page the next request took: "
+        "0.17 % of runs",
+    # 42 steps: request 0's transfer fails, then its stale write's batch in
+    # request 1's lifecycle, and request 1's stale chunk outlasts request 2's
+    # answer
+    **{("room-state-released", "room-reuse-three", rel):
+       "two failures of one request and a stale chunk across three lifecycles: "
+       "0 in 10,000 runs" for rel in ("0.5.21", "0.5.22", "0.5.23")},
 }
 FOUND_BY_CI = [pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason=NOT_FOUND_BY_CI[c]))
                if c in NOT_FOUND_BY_CI else c for c in violated_cells()]
