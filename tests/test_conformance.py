@@ -65,7 +65,7 @@ def seams(rel):
     r = releases.get(rel)
     return (r.prefill_door.__name__, r.decode_door.__name__, r.retire_cleanup,
             r.final_result.__name__, r.middle_result.__name__,
-            r.requeue_fallback_frees_metadata, r.sender_capacity)
+            r.requeue_fallback_frees_metadata, r.update_status.__name__, r.sender_capacity)
 
 
 @pytest.mark.parametrize("rel", RELEASES)
@@ -93,7 +93,33 @@ def test_every_seam_is_driven():
     for rel in RELEASES:
         seams_hit = {c.seam for c in model_cases(rel)}
         assert seams_hit == {"intake", "prefill_door", "decode_door", "prefill_result",
-                             "prefill_inflight"}, rel
+                             "prefill_inflight", "decode_room"}, rel
+
+
+def test_the_popped_room_steps_run_on_the_real_receivers():
+    """The popped-room crash (room-reuse-three, 0.5.21+; room-reuse, 0.5.19)
+    rests on three facts of decode's KV manager, read here from each wheel's
+    own ``CommonKVReceiver`` and ``update_status``: a new receiver of the room
+    creates the entry when none is left, any receiver's ``clear()`` pops it
+    whoever created it, and a receiver that has not concluded raises
+    KeyError when it polls a popped entry."""
+    for rel in RELEASES:
+        cs = model_cases(rel)
+        obs = dict(zip((c.inputs for c in cs), real(rel)[rel]["observations"]))
+        assert obs['{"op": "init", "prior": null}']["status"] == "WaitingForInput", rel
+        assert obs['{"op": "clear", "prior": "WaitingForInput"}']["status"] is None, rel
+        assert obs['{"op": "poll", "prior": null}'] == {"poll": "KeyError", "status": None}, rel
+
+
+def test_a_failed_entry_keeps_a_later_receiver_failed_from_0_5_20():
+    """0.5.19's ``update_status`` lets a later receiver's Bootstrapping replace
+    a Failed entry; from 0.5.20 Failed is terminal: the later receiver of the
+    room starts Failed (why request 1 of room-reuse-three fails at once)."""
+    for rel in RELEASES:
+        cs = model_cases(rel)
+        obs = dict(zip((c.inputs for c in cs), real(rel)[rel]["observations"]))
+        after = obs['{"op": "init", "prior": "Failed"}']["status"]
+        assert after == ("WaitingForInput" if rel == "0.5.19" else "Failed"), rel
 
 
 def test_the_36988_result_fix_is_a_mismatch_across_it():

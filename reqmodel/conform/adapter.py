@@ -418,5 +418,89 @@ def prefill_inflight(case: Dict[str, Any]) -> Dict[str, Any]:
             "to_finish": kind(req.to_finish), "finished_reason": kind(req.finished_reason)}
 
 
+# ------------------------------------------------- decode's room bookkeeping
+
+_ROOM = 7
+_ADDR = "prefill:8998"
+
+
+def room_manager():
+    """Decode's ``CommonKVManager`` without its constructor (which opens ZMQ
+    sockets, a transfer engine and threads): the bookkeeping fields its
+    ``update_status``, ``check_status`` and the receivers' ``__init__``,
+    ``clear`` and ``poll`` read, with decode's defaults (no
+    ``prefill_complete`` allocation policy, no PP consensus store)."""
+    import collections
+    import threading
+    from sglang.srt.disaggregation.common import conn as cc
+    mgr = object.__new__(cc.CommonKVManager)
+    mgr.request_status = {}
+    mgr.failure_records = {}
+    mgr.failure_lock = threading.Lock()
+    mgr.addr_to_rooms_tracker = collections.defaultdict(set)
+    mgr.required_prefill_response_num_table = {}
+    mgr.prefill_response_tracker = collections.defaultdict(set)
+    mgr._deferred_ack_targets = {}
+    mgr._deferred_ack_poisoned_rooms = set()
+    mgr._staging_outstanding = collections.defaultdict(int)
+    mgr._deferred_abort_ack_tracker = {}
+    mgr.deferred_bootstrap = None
+    mgr.defer_decode_allocation = False
+    mgr.enable_deferred_decode_kv_release = False
+    mgr.waiting_timeout = 300.0
+    return mgr
+
+
+def room_receiver(mgr):
+    """The Mooncake receiver of room ``_ROOM``, built by the real
+    ``CommonKVReceiver.__init__`` (``update_status(room, Bootstrapping)``);
+    its own constructor would contact the bootstrap server."""
+    from sglang.srt.disaggregation.common import conn as cc
+    from sglang.srt.disaggregation.mooncake import conn as mc
+    recv = object.__new__(mc.MooncakeKVReceiver)
+    cc.CommonKVReceiver.__init__(recv, mgr, _ADDR, _ROOM)
+    return recv
+
+
+def decode_room(case: Dict[str, Any]) -> Dict[str, Any]:
+    """One operation on decode's ``request_status[room]`` entry, from the prior
+    entry ``case["prior"]`` (a KVPoll name, or None for no entry):
+    ``init`` (a new receiver of the room: its ``__init__``, then the
+    ``update_status(room, WaitingForInput)`` that ends ``init()``, whose
+    bootstrap-server lookups are not run), ``report`` (a prefill status
+    applied by the KV manager thread: ``update_status(room, status)``),
+    ``clear`` and ``poll`` (an existing, not yet concluded receiver's)."""
+    from sglang.srt.disaggregation.base.conn import KVPoll
+    mgr = room_manager()
+    recv = room_receiver(mgr) if case["op"] in ("clear", "poll") else None
+    mgr.request_status.pop(_ROOM, None)
+    if case["prior"] is not None:
+        mgr.request_status[_ROOM] = getattr(KVPoll, case["prior"])
+    out: Dict[str, Any] = {}
+    if case["op"] == "init":
+        room_receiver(mgr)
+        mgr.update_status(_ROOM, KVPoll.WaitingForInput)
+    elif case["op"] == "report":
+        mgr.update_status(_ROOM, getattr(KVPoll, case["status"]))
+    elif case["op"] == "clear":
+        recv.clear()
+    elif case["op"] == "poll":
+        try:
+            out["poll"] = _poll_name(recv.poll())
+        except KeyError:
+            out["poll"] = "KeyError"
+    status = mgr.request_status.get(_ROOM)
+    out["status"] = None if status is None else _poll_name(status)
+    return out
+
+
+def _poll_name(value) -> str:
+    """``KVPoll`` is a class of int constants, not an enum."""
+    from sglang.srt.disaggregation.base.conn import KVPoll
+    return next(n for n in ("Failed", "Bootstrapping", "WaitingForInput", "Transferring",
+                            "Success") if getattr(KVPoll, n) == value)
+
+
 SEAMS = {"intake": intake, "prefill_door": prefill_door, "decode_door": decode_door,
-         "prefill_result": prefill_result, "prefill_inflight": prefill_inflight}
+         "prefill_result": prefill_result, "prefill_inflight": prefill_inflight,
+         "decode_room": decode_room}

@@ -280,8 +280,46 @@ def _describe(sc: Scenario) -> str:
             f"{' truncate' if sc.decode.auto_truncate else ''}")
 
 
+ROOM_SCENARIO = "room-reuse-three"  # any scenario whose requests share a room
+
+
+def room_cases(release: Release) -> List[Case]:
+    """Decode's ``request_status[room]`` entry, which every receiver of a
+    ``bootstrap_room`` shares (the popped-room crash and the room-reuse
+    verdicts rest on it): from every prior entry (none, or each KVPoll), each
+    operation the model's receiver helpers perform on it (``receiver_init``,
+    a prefill report through the release's ``update_status``,
+    ``receiver_clear``, ``receiver_poll`` of a receiver that has not
+    concluded, where None stands for check_status's KeyError), with the
+    entry the model predicts after it."""
+    sc = scenario_mod.builtin(ROOM_SCENARIO)
+    ctx = Ctx(release=release, scenario=sc)
+    base = actions.set_d(actions.initial_state(sc), 0, has_receiver=True, receiver_state=None,
+                         stage=DStage.TRANSFER)
+    name = lambda st: None if st is None else st.name  # noqa: E731
+    out = []
+    for prior in (None,) + tuple(KVPoll):
+        s = actions.set_d_room(ctx, base, 0, status=prior)
+        ops = [("init", {}, actions.receiver_init(ctx, s, 0)[1], None),
+               ("clear", {}, actions.d_room_of(ctx, actions.receiver_clear(ctx, s, 0), 0).status,
+                None)]
+        polled = actions.receiver_poll(ctx, s, 0)
+        ops.append(("poll", {}, prior, "KeyError" if polled is None else polled.name))
+        for new in KVPoll:
+            ops.append(("report", {"status": new.name}, release.update_status(prior, new), None))
+        for op, extra, after, poll in ops:
+            inputs = dict(op=op, prior=name(prior), **extra)
+            expect = {"status": name(after)}
+            if poll is not None:
+                expect["poll"] = poll
+            out.append(Case("decode_room", "receiver_" + op, _dump(inputs), _dump(expect),
+                            f"decode room entry {name(prior)}, {op} {extra.get('status', '')}"
+                            .strip()))
+    return out
+
+
 def model_cases(release: Release, target: int = 1000,
                 states_of: Optional[StatesOf] = None) -> List[Case]:
     col = from_builtin(release, states_of=states_of)
     from_drawn(release, target, col)
-    return list(col.cases.values())
+    return list(col.cases.values()) + room_cases(release)
