@@ -161,6 +161,17 @@ def test_no_built_in_backend_accepts_host_destinations():
         assert feats["host_destination_classes"] == list(record or ()), rel
 
 
+def test_decode_holds_a_failure_it_did_not_initiate_exactly_where_the_record_says():
+    """``hold_unnotified`` (the field that opens the popped-room crash on
+    room-reuse-three) against each wheel's source: decode's transfer queue
+    calls ``ensure_abort_notified(force_arm=True)`` on a failed transfer, and
+    then holds it, in the releases whose record says so and only there."""
+    for rel in RELEASES:
+        calls = real(rel)[rel]["features"]["force_armed_failure_calls"]
+        assert bool(calls) is releases.get(rel).hold_unnotified, (rel, calls)
+        assert all(c.startswith("pop_transferred:") for c in calls), (rel, calls)
+
+
 def test_shared_explorations_give_the_same_cases():
     """The cases built from the suite's explorations are the ones ``reqmodel
     conform`` builds by exploring on its own, origins and order included."""

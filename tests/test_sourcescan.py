@@ -42,3 +42,15 @@ def test_a_backend_declaring_anything_but_false_is_reported(tmp_path, body):
     pkg = tree(tmp_path, "class MooncakeKVManager(BaseKVManager):\n" + body)
     assert sourcescan.host_destination_classes(pkg) == ["mooncake/conn.py:MooncakeKVManager"]
 
+
+
+@pytest.mark.parametrize("call,found", [
+    ("self.r.ensure_abort_notified(force_arm=True)", ["pop_transferred:3"]),
+    ("self.r.ensure_abort_notified(force_arm=False)", []),
+    ("self.r.ensure_abort_notified()", []),
+    ("self.r.abort()", []),
+])
+def test_force_armed_failure_calls_are_found_by_function_and_line(tmp_path, call, found):
+    src = tmp_path / "decode.py"
+    src.write_text(f"class Q:\n    def pop_transferred(self):\n        {call}\n")
+    assert sourcescan.force_armed_failure_calls(src) == found

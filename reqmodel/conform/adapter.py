@@ -88,6 +88,8 @@ def features() -> Dict[str, Any]:
         "decode_host_receive": hasattr(dc.DecodePreallocQueue, "_pre_alloc_host"),
         "host_destination_classes": sourcescan.host_destination_classes(
             pathlib.Path(dc.__file__).parent),
+        "force_armed_failure_calls": sourcescan.force_armed_failure_calls(
+            pathlib.Path(dc.__file__)),
     }
 
 

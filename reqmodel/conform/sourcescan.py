@@ -38,3 +38,22 @@ def _declares_host_destination(node: ast.AST) -> bool:
                 if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
         return not (len(body) == 1 and isinstance(body[0], ast.Return) and false(body[0].value))
     return False
+
+
+def force_armed_failure_calls(decode_py: pathlib.Path) -> List[str]:
+    """Where decode's ``decode.py`` calls ``ensure_abort_notified`` with
+    ``force_arm=True`` (as ``function:line``): 0.5.21's transfer queue does it
+    for a failed transfer decode did not initiate, then holds its pages until
+    the drain ack instead of releasing them at once (dc 21:2681-2707), which
+    the release record calls ``hold_unnotified``.  Read from the source: the
+    branch needs a real receiver, KV manager and deferred-release queue."""
+    tree = ast.parse(decode_py.read_text(encoding="utf-8"))
+    found = []
+    for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        for call in (n for n in ast.walk(fn) if isinstance(n, ast.Call)):
+            name = getattr(call.func, "attr", getattr(call.func, "id", None))
+            if name == "ensure_abort_notified" and any(
+                    k.arg == "force_arm" and isinstance(k.value, ast.Constant) and k.value.value is True
+                    for k in call.keywords):
+                found.append(f"{fn.name}:{call.lineno}")
+    return sorted(set(found))
