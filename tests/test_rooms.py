@@ -6,6 +6,8 @@ the enqueue filter, the free-slot choice) fails here and not only as a moved
 cell in the verdict table.
 """
 
+import pathlib
+
 import attrs
 import pytest
 
@@ -229,3 +231,23 @@ def test_a_transfer_failure_is_the_named_requests_own():
     assert not fail.enabled(ctx, s, 0)
     s = _run(ctx, [Step("xfer_dequeue", 0)], s)  # its write is in flight
     assert fail.enabled(ctx, s, 0)
+
+
+def test_a_client_abort_opens_the_popped_room_on_every_release_that_defers():
+    """The same crash with the client's abort of request 0 instead of a
+    transfer failure (notes/examples/room-reuse-three-abort.toml, found on a
+    drawn six-request scenario): decode sent ABORT, so every release holds
+    the page when it defers the release, and the hold's clear() on the drain
+    ack pops the entry request 2's receiver created. With each release's
+    default (deferral on from 0.5.21) 0.5.21+ crash; forced on, every
+    release does; off, none does."""
+    sc = scenario.load_file(str(pathlib.Path(__file__).parent.parent
+                                / "notes/examples/room-reuse-three-abort.toml"))
+    popped = properties.CATALOG["no-poll-of-popped-room"]
+    for name in releases.NAMES:
+        rel = releases.get(name)
+        default = ("holds", None) if name in ("0.5.19", "0.5.20") else ("violated", 21)
+        assert verdict(rel, sc, popped) == default, name
+        on = ("violated", 14) if name == "0.5.19" else ("violated", 21)
+        assert verdict(rel, attrs.evolve(sc, deferred_release=True), popped) == on, name
+        assert verdict(rel, attrs.evolve(sc, deferred_release=False), popped) == ("holds", None), name
