@@ -56,6 +56,12 @@ def real(code_rel):
     return out
 
 
+def observed_by_inputs(rel):
+    """What ``rel``'s code observed on each of its own model's cases, keyed by
+    the case's inputs (canonical JSON)."""
+    return dict(zip((c.inputs for c in model_cases(rel)), real(rel)[rel]["observations"]))
+
+
 def mismatches(code_rel, model_rel):
     return conform.compare(model_cases(model_rel), real(code_rel)[model_rel])
 
@@ -104,8 +110,7 @@ def test_the_popped_room_steps_run_on_the_real_receivers():
     whoever created it, and a receiver that has not concluded raises
     KeyError when it polls a popped entry."""
     for rel in RELEASES:
-        cs = model_cases(rel)
-        obs = dict(zip((c.inputs for c in cs), real(rel)[rel]["observations"]))
+        obs = observed_by_inputs(rel)
         assert obs['{"op": "init", "prior": null}']["status"] == "WaitingForInput", rel
         assert obs['{"op": "clear", "prior": "WaitingForInput"}']["status"] is None, rel
         assert obs['{"op": "poll", "prior": null}'] == {"poll": "KeyError", "status": None}, rel
@@ -116,9 +121,7 @@ def test_a_failed_entry_keeps_a_later_receiver_failed_from_0_5_20():
     a Failed entry; from 0.5.20 Failed is terminal: the later receiver of the
     room starts Failed (why request 1 of room-reuse-three fails at once)."""
     for rel in RELEASES:
-        cs = model_cases(rel)
-        obs = dict(zip((c.inputs for c in cs), real(rel)[rel]["observations"]))
-        after = obs['{"op": "init", "prior": "Failed"}']["status"]
+        after = observed_by_inputs(rel)['{"op": "init", "prior": "Failed"}']["status"]
         assert after == ("WaitingForInput" if rel == "0.5.19" else "Failed"), rel
 
 

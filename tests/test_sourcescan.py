@@ -43,7 +43,6 @@ def test_a_backend_declaring_anything_but_false_is_reported(tmp_path, body):
     assert sourcescan.host_destination_classes(pkg) == ["mooncake/conn.py:MooncakeKVManager"]
 
 
-
 @pytest.mark.parametrize("call,found", [
     ("self.r.ensure_abort_notified(force_arm=True)", ["pop_transferred:3"]),
     ("self.r.ensure_abort_notified(force_arm=False)", []),
