@@ -373,6 +373,8 @@ class State:
 
 
 _FIELDS: Dict[type, Tuple[str, ...]] = {}
+# symbolic subclasses (reqmodel.symexec) copy their raw, unread fields
+_SYM_REPLACE: Dict[type, object] = {}
 
 
 def replace(obj, **changes):
@@ -381,5 +383,8 @@ def replace(obj, **changes):
     cls = type(obj)
     names = _FIELDS.get(cls)
     if names is None:
+        hook = _SYM_REPLACE.get(cls)
+        if hook is not None:
+            return hook(obj, changes)
         names = _FIELDS[cls] = tuple(f.name for f in attrs.fields(cls))
     return cls(*[changes[n] if n in changes else getattr(obj, n) for n in names])

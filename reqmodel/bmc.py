@@ -1,0 +1,254 @@
+"""Bounded model checking with Z3 over the learned paths of the actions.
+
+The transition relation is the set of clauses ``reqmodel.symexec`` learns by
+running the actions on slot vectors.  Unrolled ``k`` times it is a Z3
+formula: at step ``t`` a selector picks one clause, the clause's condition
+holds on state ``t-1`` and its effect gives state ``t`` (slots it does not
+write keep their value).  Clauses are learned lazily, and the engine only
+trusts an answer at depth ``k`` once Z3 has shown the learned relation
+*complete* up to it: no sequence of ``k-1`` learned steps reaches a state in
+which some action instance takes a path not learned yet.  Each time Z3 finds
+one, the engine replays the sequence on the explicit model and learns every
+action instance's path at every state on it; the replay is exact because
+every learned clause is a path of the real action code.
+
+A satisfying model of "the property breaks at step ``k``" is decoded into
+steps and confirmed by replaying them on the explicit model.  Depths are
+tried in increasing order, so the first violation found is a shortest one,
+the same length the breadth-first explorer reports.
+"""
+from __future__ import annotations
+
+import collections
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import attrs
+import z3
+
+from . import symexec as sx
+from .actions import Ctx, apply, initial_state
+from .explore import Trace
+from .properties import Property
+from .releases import Release
+from .scenario import Scenario
+
+
+W = 16  # bits of a slot's value code and of a step's clause selector
+
+
+def _val(c: int):
+    return z3.BitVecVal(c, W)
+
+
+class Unconfirmed(RuntimeError):
+    """Z3 returned a trace the explicit model does not replay (an engine bug)."""
+
+
+@attrs.define
+class Result:
+    property: str
+    verdict: str  # violated | holds-to-depth
+    depth: int  # violation depth, or the depth searched
+    trace: Optional[Trace]
+    seconds: float
+    clauses: int
+    refinements: int
+
+
+class Relation:
+    """The clauses learned so far, by action instance and path condition."""
+
+    def __init__(self, lay: sx.Layout, props: Sequence[Property]):
+        self.lay = lay
+        self.props = tuple(props)
+        self.paths: Dict[Tuple[str, int], Dict[Tuple, List[sx.Clause]]] = collections.defaultdict(dict)
+        self.enabled: List[sx.Clause] = []
+        self.seen = set()  # slot-value tuples of states learned at
+        self.codes: Dict[Any, Dict[Any, int]] = collections.defaultdict(dict)
+        self.insts = sx.instances(lay.ctx)
+
+    def code(self, key, value) -> int:
+        table = self.codes[sx._fclass(key)]
+        c = table.get(value)
+        if c is None:
+            c = table[value] = len(table)
+        return c
+
+    def learn_at(self, values: Dict[Any, Any]) -> int:
+        """Learn every action instance's path at one state; returns new clauses."""
+        sig = tuple(values[k] for k in self.lay.keys)
+        if sig in self.seen:
+            return 0
+        self.seen.add(sig)
+        new = 0
+        for a, r in self.insts:
+            known = self.paths[(a.name, r)]
+            if any(all(values[k] == v for k, v in cond) for cond in known):
+                continue
+            cls = sx.learn(self.lay, values, a, r, self.props)
+            known[cls[0].cond] = cls
+            for c in cls:
+                if c.arg is not None:
+                    self.enabled.append(c)
+                    new += 1
+        return new
+
+
+class Unrolling:
+    """The relation unrolled from the initial state over ``depth`` steps."""
+
+    def __init__(self, rel: Relation, s0: Dict[Any, Any], depth: int = 0):
+        self.rel = rel
+        self.x = [{k: _val(rel.code(k, s0[k])) for k in rel.lay.keys}]
+        self.sel = []
+        self.solver = z3.SolverFor("QF_BV")
+        self.writers = collections.defaultdict(list)
+        for i, c in enumerate(rel.enabled):
+            for k, eff in c.effect:
+                self.writers[k].append((i, eff))
+        for _ in range(depth):
+            self.extend()
+
+    @property
+    def depth(self) -> int:
+        return len(self.sel)
+
+    def extend(self) -> None:
+        """One more step: a learned clause whose condition holds takes it."""
+        rel = self.rel
+        pre = self.x[-1]
+        t = len(self.x)
+        sel = z3.BitVec(f"sel{t}", W)
+        self.sel.append(sel)
+        self.solver.add(z3.ULT(sel, len(rel.enabled)))
+        conds = {}
+        for i, c in enumerate(rel.enabled):
+            f = conds.get(c.cond)
+            if f is None:
+                f = conds[c.cond] = self.cond(pre, c.cond)
+            self.solver.add(z3.Implies(sel == i, f))
+        nxt = {}
+        for k in rel.lay.keys:
+            ws = self.writers.get(k)
+            if not ws:
+                nxt[k] = pre[k]
+                continue
+            v = z3.BitVec(f"x{t}_{k}", W)
+            e = pre[k]
+            for i, (kind, val) in ws:
+                e = z3.If(sel == i, _val(rel.code(k, val)) if kind == "const" else pre[val], e)
+            self.solver.add(v == e)
+            nxt[k] = v
+        self.x.append(nxt)
+
+    def cond(self, x, cond) -> z3.BoolRef:
+        return z3.And([x[k] == self.rel.code(k, v) for k, v in cond])
+
+    def uncovered(self, t: int) -> z3.BoolRef:
+        """State ``t`` takes, in some action instance, a path not learned yet."""
+        x = self.x[t]
+        return z3.Or([z3.And([z3.Not(self.cond(x, cond)) for cond in self.rel.paths[(a.name, r)]])
+                      for a, r in self.rel.insts])
+
+    def broken(self, t: int, prop: str) -> z3.BoolRef:
+        sel = self.sel[t - 1]
+        return z3.Or([sel == i for i, c in enumerate(self.rel.enabled) if prop in c.broken] or [False])
+
+    def steps(self, model, upto: int):
+        return [self.rel.enabled[model.eval(s, model_completion=True).as_long()] for s in self.sel[:upto]]
+
+
+def _replay(ctx: Ctx, clauses) -> Tuple[list, list, list]:
+    s = initial_state(ctx.scenario)
+    states, steps, events = [s], [], []
+    for c in clauses:
+        out = apply(ctx, s, c.step)
+        if out is None:
+            raise Unconfirmed(f"{c.step} is not enabled where Z3 took it")
+        s, evs = out
+        states.append(s)
+        steps.append(c.step)
+        events.append(evs)
+    return states, steps, events
+
+
+def _complete(ctx: Ctx, rel: Relation, u: Unrolling, t: int, batch: int = 50) -> int:
+    """Ask Z3 for states ``t`` learned steps away on which some action instance
+    takes a path not learned yet, and learn every instance's path on each
+    state of each sequence found.  Within one call the unrolling's steps are
+    the relation as it was built; a path learned meanwhile is ruled out of the
+    question at once, so one unrolling answers up to ``batch`` times.
+    Returns how many sequences were found (0: complete at ``t``)."""
+    s = u.solver
+    x = u.x[t]
+    s.push()
+    flags = {}
+    for a, r in rel.insts:
+        f = flags[(a.name, r)] = z3.Bool(f"uncovered_{a.name}_{r}")
+        for cond in rel.paths[(a.name, r)]:
+            s.add(z3.Implies(f, z3.Not(u.cond(x, cond))))
+    s.add(z3.Or(list(flags.values())))
+    found = 0
+    try:
+        while found < batch and s.check() == z3.sat:
+            found += 1
+            states, _, _ = _replay(ctx, u.steps(s.model(), t))
+            before = {key: len(p) for key, p in rel.paths.items()}
+            for st in states:
+                rel.learn_at(rel.lay.values(st))
+            for key, paths in rel.paths.items():
+                for cond in list(paths)[before.get(key, 0):]:
+                    s.add(z3.Implies(flags[key], z3.Not(u.cond(x, cond))))
+    finally:
+        s.pop()
+    return found
+
+
+def check(release: Release, scenario: Scenario, prop: Property, depth: int,
+          max_net: int = 8, log=None) -> Result:
+    """Search for a violation of ``prop`` (a reach, for a reachability
+    property) of at most ``depth`` steps."""
+    t0 = time.time()
+    ctx = Ctx(release, scenario)
+    lay = sx.Layout.of(ctx, max_net)
+    rel = Relation(lay, [prop])
+    s0 = initial_state(scenario)
+    v0 = lay.values(s0)
+    rel.learn_at(v0)
+    refinements = 0
+    if prop.kind == "always" and not prop.holds_in(s0):
+        return Result(prop.name, "violated", 0, Trace(release.name, scenario.name, prop.name,
+                                                      (), (s0,), (), "state"),
+                      time.time() - t0, len(rel.enabled), 0)
+    u = Unrolling(rel, v0)
+    for k in range(1, depth + 1):
+        # the learned relation must be complete on every state k-1 steps away
+        while True:
+            learned = _complete(ctx, rel, u, k - 1)
+            if not learned:
+                break
+            refinements += learned
+            u = Unrolling(rel, v0, k - 1)
+            if log:
+                log(k, refinements, len(rel.enabled))
+        u.extend()
+        u.solver.push()
+        u.solver.add(u.broken(k, prop.name))
+        found = u.solver.check() == z3.sat
+        model = u.solver.model() if found else None
+        u.solver.pop()
+        if found:
+            clauses = u.steps(model, k)
+            states, steps, events = _replay(ctx, clauses)
+            last = prop.hit(states[-2], steps[-1], events[-1], states[-1])
+            if not last:
+                raise Unconfirmed(f"the explicit model does not break {prop.name} on Z3's trace")
+            kind = ("reached" if prop.kind == "sometimes"
+                    else "state" if not prop.holds_in(states[-1]) else "transition")
+            return Result(prop.name, "violated", k,
+                          Trace(release.name, scenario.name, prop.name, tuple(steps),
+                                tuple(states), tuple(events), kind),
+                          time.time() - t0, len(rel.enabled), refinements)
+    return Result(prop.name, "holds-to-depth", depth, None, time.time() - t0,
+                  len(rel.enabled), refinements)
