@@ -67,6 +67,9 @@ class Relation:
         self.seen = set()  # slot-value tuples of states learned at
         self.codes: Dict[Any, Dict[Any, int]] = collections.defaultdict(dict)
         self.insts = sx.instances(lay.ctx)
+        # state predicates: property name -> {path condition: result}
+        self.preds: Dict[str, Dict[Tuple, bool]] = {p.name: {} for p in self.props if p.state}
+        self.pred_fn = {p.name: p.state for p in self.props if p.state}
 
     def code(self, key, value) -> int:
         table = self.codes[sx._fclass(key)]
@@ -81,6 +84,10 @@ class Relation:
         if sig in self.seen:
             return 0
         self.seen.add(sig)
+        for name, known in self.preds.items():
+            if not any(all(values[k] == v for k, v in cond) for cond in known):
+                cond, result = sx.learn_predicate(self.lay, values, self.pred_fn[name])
+                known[cond] = result
         new = 0
         for a, r in self.insts:
             known = self.paths[(a.name, r)]
@@ -102,6 +109,7 @@ class Unrolling:
         self.rel = rel
         self.x = [{k: _val(rel.code(k, s0[k])) for k in rel.lay.keys}]
         self.sel = []
+        self.built = len(rel.enabled)  # clauses the steps choose from
         self.solver = z3.SolverFor("QF_BV")
         self.writers = collections.defaultdict(list)
         for i, c in enumerate(rel.enabled):
@@ -151,9 +159,18 @@ class Unrolling:
         return z3.Or([z3.And([z3.Not(self.cond(x, cond)) for cond in self.rel.paths[(a.name, r)]])
                       for a, r in self.rel.insts])
 
-    def broken(self, t: int, prop: str) -> z3.BoolRef:
-        sel = self.sel[t - 1]
-        return z3.Or([sel == i for i, c in enumerate(self.rel.enabled) if prop in c.broken] or [False])
+    def hit(self, t: int, prop: Property) -> z3.BoolRef:
+        """Step ``t`` breaks the safety property (its transition, or the state it
+        leads to), or leads to the reachability property's good state."""
+        out = []
+        if prop.transition:
+            sel = self.sel[t - 1]
+            out += [sel == i for i, c in enumerate(self.rel.enabled) if prop.name in c.broken]
+        if prop.state:
+            want = prop.kind == "sometimes"
+            out += [self.cond(self.x[t], cond)
+                    for cond, good in self.rel.preds[prop.name].items() if good == want]
+        return z3.Or(out or [False])
 
     def steps(self, model, upto: int):
         return [self.rel.enabled[model.eval(s, model_completion=True).as_long()] for s in self.sel[:upto]]
@@ -173,7 +190,8 @@ def _replay(ctx: Ctx, clauses) -> Tuple[list, list, list]:
     return states, steps, events
 
 
-def _complete(ctx: Ctx, rel: Relation, u: Unrolling, t: int, batch: int = 50) -> int:
+def _complete(ctx: Ctx, rel: Relation, u: Unrolling, t: int, actions: bool = True,
+              batch: int = 50) -> int:
     """Ask Z3 for states ``t`` learned steps away on which some action instance
     takes a path not learned yet, and learn every instance's path on each
     state of each sequence found.  Within one call the unrolling's steps are
@@ -184,20 +202,24 @@ def _complete(ctx: Ctx, rel: Relation, u: Unrolling, t: int, batch: int = 50) ->
     x = u.x[t]
     s.push()
     flags = {}
-    for a, r in rel.insts:
-        f = flags[(a.name, r)] = z3.Bool(f"uncovered_{a.name}_{r}")
-        for cond in rel.paths[(a.name, r)]:
+    known = dict(rel.preds)
+    if actions:
+        known.update(rel.paths)
+    for key, paths in known.items():
+        f = flags[key] = z3.Bool(f"uncovered_{key}")
+        for cond in paths:
             s.add(z3.Implies(f, z3.Not(u.cond(x, cond))))
-    s.add(z3.Or(list(flags.values())))
+    s.add(z3.Or(list(flags.values()) or [False]))
     found = 0
     try:
         while found < batch and s.check() == z3.sat:
             found += 1
             states, _, _ = _replay(ctx, u.steps(s.model(), t))
-            before = {key: len(p) for key, p in rel.paths.items()}
+            before = {key: len(p) for key, p in known.items()}
             for st in states:
                 rel.learn_at(rel.lay.values(st))
-            for key, paths in rel.paths.items():
+            for key in flags:
+                paths = rel.preds[key] if key in rel.preds else rel.paths[key]
                 for cond in list(paths)[before.get(key, 0):]:
                     s.add(z3.Implies(flags[key], z3.Not(u.cond(x, cond))))
     finally:
@@ -205,50 +227,86 @@ def _complete(ctx: Ctx, rel: Relation, u: Unrolling, t: int, batch: int = 50) ->
     return found
 
 
-def check(release: Release, scenario: Scenario, prop: Property, depth: int,
-          max_net: int = 8, log=None) -> Result:
-    """Search for a violation of ``prop`` (a reach, for a reachability
-    property) of at most ``depth`` steps."""
+def _trace(release, scenario, prop, clauses, ctx) -> Trace:
+    """Z3's steps, replayed on the explicit model; the step must break (or
+    reach) the property there too."""
+    states, steps, events = _replay(ctx, clauses)
+    if not prop.hit(states[-2], steps[-1], events[-1], states[-1]):
+        raise Unconfirmed(f"the explicit model does not {'reach' if prop.kind == 'sometimes' else 'break'} "
+                          f"{prop.name} on Z3's trace")
+    kind = ("reached" if prop.kind == "sometimes"
+            else "state" if not prop.holds_in(states[-1]) else "transition")
+    return Trace(release.name, scenario.name, prop.name, tuple(steps), tuple(states),
+                 tuple(events), kind)
+
+
+def run(release: Release, scenario: Scenario, props: Sequence[Property], depth: int,
+        max_net: int = 8, log=None) -> Dict[str, Result]:
+    """Search, depth by depth, for the shortest violation of each safety
+    property and the shortest path to each reachability property's good
+    state, up to ``depth`` steps.  The properties share one learned relation
+    and one unrolling."""
     t0 = time.time()
     ctx = Ctx(release, scenario)
     lay = sx.Layout.of(ctx, max_net)
-    rel = Relation(lay, [prop])
+    rel = Relation(lay, props)
     s0 = initial_state(scenario)
     v0 = lay.values(s0)
     rel.learn_at(v0)
     refinements = 0
-    if prop.kind == "always" and not prop.holds_in(s0):
-        return Result(prop.name, "violated", 0, Trace(release.name, scenario.name, prop.name,
-                                                      (), (s0,), (), "state"),
-                      time.time() - t0, len(rel.enabled), 0)
+    results: Dict[str, Result] = {}
+
+    def done(p, verdict, k, trace=None):
+        results[p.name] = Result(p.name, verdict, k, trace, time.time() - t0, len(rel.enabled),
+                                 refinements)
+
+    for p in props:
+        if p.kind == "always" and not p.holds_in(s0):
+            done(p, "violated", 0, Trace(release.name, scenario.name, p.name, (), (s0,), (), "state"))
     u = Unrolling(rel, v0)
     for k in range(1, depth + 1):
+        pending = [p for p in props if p.name not in results]
+        if not pending:
+            break
         # the learned relation must be complete on every state k-1 steps away
         while True:
             learned = _complete(ctx, rel, u, k - 1)
-            if not learned:
+            if not learned and u.built == len(rel.enabled):
                 break
             refinements += learned
             u = Unrolling(rel, v0, k - 1)
             if log:
                 log(k, refinements, len(rel.enabled))
         u.extend()
-        u.solver.push()
-        u.solver.add(u.broken(k, prop.name))
-        found = u.solver.check() == z3.sat
-        model = u.solver.model() if found else None
-        u.solver.pop()
-        if found:
+        # ... and the state predicates on every state k steps away (what this
+        # learns at those states are paths out of them: the steps up to k stand)
+        while _complete(ctx, rel, u, k, actions=False):
+            refinements += 1
+        # one question for all the properties still open (one unsat answer
+        # when none breaks at k), then one per property the model shows
+        hits = {p.name: u.hit(k, p) for p in pending}
+        while hits:
+            u.solver.push()
+            u.solver.add(z3.Or(list(hits.values())))
+            model = u.solver.model() if u.solver.check() == z3.sat else None
+            u.solver.pop()
+            if model is None:
+                break
             clauses = u.steps(model, k)
-            states, steps, events = _replay(ctx, clauses)
-            last = prop.hit(states[-2], steps[-1], events[-1], states[-1])
-            if not last:
-                raise Unconfirmed(f"the explicit model does not break {prop.name} on Z3's trace")
-            kind = ("reached" if prop.kind == "sometimes"
-                    else "state" if not prop.holds_in(states[-1]) else "transition")
-            return Result(prop.name, "violated", k,
-                          Trace(release.name, scenario.name, prop.name, tuple(steps),
-                                tuple(states), tuple(events), kind),
-                          time.time() - t0, len(rel.enabled), refinements)
-    return Result(prop.name, "holds-to-depth", depth, None, time.time() - t0,
-                  len(rel.enabled), refinements)
+            for p in pending:
+                if p.name in hits and z3.is_true(model.eval(hits[p.name], model_completion=True)):
+                    done(p, "reached" if p.kind == "sometimes" else "violated", k,
+                         _trace(release, scenario, p, clauses, ctx))
+                    del hits[p.name]
+        if log:
+            log(k, refinements, len(rel.enabled))
+    for p in props:
+        if p.name not in results:
+            done(p, "unreached-to-depth" if p.kind == "sometimes" else "holds-to-depth", depth)
+    return results
+
+
+def check(release: Release, scenario: Scenario, prop: Property, depth: int,
+          max_net: int = 8, log=None) -> Result:
+    """``run`` for one property."""
+    return run(release, scenario, [prop], depth, max_net, log)[prop.name]

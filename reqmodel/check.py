@@ -28,6 +28,9 @@ class Result:
     examples: Optional[int] = None  # hypothesis: test cases run
     steps: Optional[int] = None  # hypothesis: model steps executed
     runs: Optional[int] = None  # hypothesis: runs of the scenario (several per test case)
+    depth: Optional[int] = None  # z3: the depth searched
+    clauses: Optional[int] = None  # z3: paths of the actions learned
+    refinements: Optional[int] = None  # z3: sequences into states with a path not learned yet
 
     def as_json(self) -> dict:
         out = {"release": self.release, "scenario": self.scenario, "property": self.property,
@@ -37,6 +40,9 @@ class Result:
         if self.engine == "hypothesis":
             out.update(engine="hypothesis", examples=self.examples, runs=self.runs,
                        steps=self.steps)
+        if self.engine == "z3":
+            out.update(engine="z3", depth=self.depth, clauses=self.clauses,
+                       refinements=self.refinements)
         return out
 
 
@@ -96,6 +102,43 @@ def run_hypothesis(releases: Sequence[Release], scenarios: Sequence[Scenario],
                 results.append(Result(rel.name, sc.name, p.name, p.kind, v.verdict,
                                       v.trace_length, path, None, hv.seconds, "hypothesis",
                                       hv.examples, hv.steps, hv.runs))
+            if progress is not None:
+                progress(sc, rel, None)
+    return results
+
+
+# Z3's verdicts, in the exhaustive engine's words where they mean the same:
+# a reached good state is "holds" (with the path's length) in both
+Z3_VERDICTS = {"violated": "violated", "reached": "holds",
+               "holds-to-depth": "holds-to-depth", "unreached-to-depth": "unreached-to-depth"}
+
+
+def run_z3(releases: Sequence[Release], scenarios: Sequence[Scenario], props: Sequence[Property],
+           out: Optional[pathlib.Path], depth: int, max_net: int = 8, progress=None,
+           write_witnesses: bool = False) -> List[Result]:
+    """The same table from bounded model checking: a violation is a shortest
+    one (depths are tried in order); "holds-to-depth" means none of at most
+    ``depth`` steps exists."""
+    from . import bmc
+    from .explore import Verdict
+    results: List[Result] = []
+    for sc in scenarios:
+        for rel in releases:
+            applicable = [p for p in props if p.applies(rel, sc)]
+            res = bmc.run(rel, sc, applicable, depth, max_net=max_net) if applicable else {}
+            for p in props:
+                r = res.get(p.name)
+                if r is None:
+                    results.append(Result(rel.name, sc.name, p.name, p.kind, "not-applicable",
+                                          None, None, None, 0.0, "z3", depth=depth))
+                    continue
+                verdict = Z3_VERDICTS[r.verdict]
+                v = Verdict(p.name, p.kind, verdict, r.trace)
+                path = _write_trace(v, out, rel, sc, write_witnesses, engine="z3",
+                                    extra_meta={"depth": depth})
+                results.append(Result(rel.name, sc.name, p.name, p.kind, verdict,
+                                      v.trace_length, path, None, r.seconds, "z3",
+                                      depth=depth, clauses=r.clauses, refinements=r.refinements))
             if progress is not None:
                 progress(sc, rel, None)
     return results

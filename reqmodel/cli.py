@@ -58,11 +58,21 @@ def _console() -> Console:
     return Console() if sys.stdout.isatty() else Console(width=160)
 
 
+# --engine z3: the default and largest --depth (the cost grows steeply with it)
+Z3_DEFAULT_DEPTH = 12
+Z3_MAX_DEPTH = 60
+
 _CELL = {"holds": "[green]holds[/]", "violated": "[bold red]violated[/]",
          "not-applicable": "[dim]n/a[/]"}
 
+# the Z3 engine's bounded answers
+_BOUNDED = {"holds-to-depth": "[green]holds[/] to depth {}",
+            "unreached-to-depth": "[yellow]not reached[/] to depth {}"}
+
 
 def _cell(r) -> str:
+    if r.verdict in _BOUNDED:
+        return _BOUNDED[r.verdict].format(r.depth)
     text = _CELL[r.verdict]
     if r.trace_length is not None:
         text += f" ({r.trace_length})"
@@ -82,8 +92,12 @@ def _cell(r) -> str:
               type=click.Path(dir_okay=False), help="A scenario TOML file.")
 @click.option("--property", "prop_names", multiple=True,
               help="Check only this property (repeatable; default: the whole catalog).")
-@click.option("--engine", type=click.Choice(["exhaustive", "hypothesis"]), default="exhaustive",
-              show_default=True, help="Checking engine.")
+@click.option("--engine", type=click.Choice(["exhaustive", "hypothesis", "z3"]),
+              default="exhaustive", show_default=True, help="Checking engine.")
+@click.option("--depth", type=int, default=None,
+              help=f"z3: the most steps searched (default {Z3_DEFAULT_DEPTH}, at most {Z3_MAX_DEPTH}).")
+@click.option("--max-net", type=int, default=8, show_default=True,
+              help="z3: message slots of the state vector (messages in flight at once).")
 @click.option("--hypothesis-profile", "hprofile", type=click.Choice(["dev", "ci", "thorough"]),
               default="ci", show_default=True, help="Budget of the hypothesis engine.")
 @click.option("--out", "out", type=click.Path(file_okay=False), default="counterexamples",
@@ -93,8 +107,8 @@ def _cell(r) -> str:
 @click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES,
               show_default=True, help="Refuse scenarios with more distinct states than this.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def check(release, scenario_names, scenario_files, prop_names, engine, hprofile, out, witnesses,
-          max_states, as_json) -> None:
+def check(release, scenario_names, scenario_files, prop_names, engine, depth, max_net, hprofile,
+          out, witnesses, max_states, as_json) -> None:
     """Check properties on releases and scenarios; write counterexamples.
 
     Exit status 0 when the check ran, whatever the verdicts; 2 on bad input.
@@ -102,6 +116,15 @@ def check(release, scenario_names, scenario_files, prop_names, engine, hprofile,
     releases = rel_mod.resolve(release)
     if not releases:
         raise UserError("--release names no release")
+    if engine != "z3" and depth is not None:
+        raise UserError("--depth is for --engine z3")
+    if engine == "z3":
+        depth = Z3_DEFAULT_DEPTH if depth is None else depth
+        if not 1 <= depth <= Z3_MAX_DEPTH:
+            raise UserError(f"--depth must be 1 to {Z3_MAX_DEPTH} "
+                            "(notes/performance.md: depth 16 on incident takes 7 minutes)")
+        if not 1 <= max_net <= 64:
+            raise UserError("--max-net must be 1 to 64")
     # the Hypothesis engine holds one state at a time: it takes scenario files
     # beyond the exhaustive checker's bounds
     scenarios = _scenarios(scenario_names, scenario_files,
@@ -113,7 +136,8 @@ def check(release, scenario_names, scenario_files, prop_names, engine, hprofile,
         if as_json:
             return
         if ex is None:
-            console.print(f"[dim]{sc.name} on {rel.name}: hypothesis ({hprofile}) done[/]")
+            what = f"z3 to depth {depth}" if engine == "z3" else f"hypothesis ({hprofile})"
+            console.print(f"[dim]{sc.name} on {rel.name}: {what} done[/]")
         else:
             console.print(f"[dim]{sc.name} on {rel.name}: {ex.states:,} states, "
                           f"{ex.seconds:.2f} s[/]")
@@ -122,6 +146,14 @@ def check(release, scenario_names, scenario_files, prop_names, engine, hprofile,
         from .check import run_hypothesis
         results = run_hypothesis(releases, scenarios, props, pathlib.Path(out), hprofile,
                                  progress=progress, write_witnesses=witnesses)
+    elif engine == "z3":
+        from . import symexec
+        from .check import run_z3
+        try:
+            results = run_z3(releases, scenarios, props, pathlib.Path(out), depth, max_net,
+                             progress=progress, write_witnesses=witnesses)
+        except symexec.NetBound as e:
+            raise UserError(f"{e}: raise --max-net")
     else:
         results = run(releases, scenarios, props, pathlib.Path(out), max_states=max_states,
                       progress=progress, write_witnesses=witnesses)
@@ -152,6 +184,9 @@ def check(release, scenario_names, scenario_files, prop_names, engine, hprofile,
         stdout.print(f"hypothesis ({hprofile}): {ex:,} examples, {runs:,} runs, {st_:,} steps; "
                      "(n) = length of "
                      "the minimised counterexample; 'holds' = none found within the budget")
+    elif engine == "z3":
+        stdout.print(f"z3: every sequence of at most {depth} steps searched; (n) = length of the "
+                     "shortest counterexample, or of the shortest path to the good state")
     else:
         stdout.print("(n) = length of the shortest counterexample, or of the shortest path to "
                      "the good state")

@@ -286,9 +286,12 @@ class Clause:
 def learn(lay: Layout, values: Dict[Any, Any], a: Action, rid: int,
           props: Sequence[Property] = ()) -> List[Clause]:
     """The path action ``a`` on request ``rid`` takes from the state with these
-    slot values: one clause per choice, or one disabled clause.  Properties
-    are evaluated on each step inside the same run, so the slots they read
-    are part of the clause's condition."""
+    slot values: one clause per choice, or one disabled clause.  Transition
+    properties are evaluated on each step inside the same run, so the slots
+    they read are part of the clause's condition; state properties are
+    predicates of their own (``learn_predicate``): read inside the action's
+    run they would split every path by the slots they read (on incident
+    0.5.19, 2,642 enabled clauses instead of 652)."""
     global RUN
     ctx = lay.ctx
     reader = Reader(values)
@@ -301,7 +304,8 @@ def learn(lay: Layout, values: Dict[Any, Any], a: Action, rid: int,
                 arg = tuple(arg)
                 nxt, evs = a.effect(ctx, pre, rid, arg)
                 step = Step(a.name, rid, arg)
-                broken = tuple(p.name for p in props if p.hit(pre, step, evs, nxt))
+                broken = tuple(p.name for p in props
+                               if p.transition and not p.holds_on(pre, step, evs, nxt))
                 out.append((arg, nxt, tuple(evs), broken))
         clauses = []
         for arg, nxt, evs, broken in out:
@@ -314,6 +318,19 @@ def learn(lay: Layout, values: Dict[Any, Any], a: Action, rid: int,
         return [Clause(a.name, rid, None, cond, ())]
     return [Clause(a.name, rid, arg, cond, tuple(sorted(eff.items(), key=lambda kv: repr(kv[0]))),
                    evs, broken) for arg, eff, evs, broken in clauses]
+
+
+def learn_predicate(lay: Layout, values: Dict[Any, Any], fn) -> Tuple[Tuple, bool]:
+    """The path a state predicate takes on the state with these slot values:
+    the slots it read and what it returned."""
+    global RUN
+    reader = Reader(values)
+    prev, RUN = RUN, reader
+    try:
+        result = bool(fn(lay.symbolic()))
+    finally:
+        RUN = prev
+    return tuple(sorted(reader.read.items(), key=lambda kv: repr(kv[0]))), result
 
 
 def instances(ctx: Ctx) -> List[Tuple[Action, int]]:

@@ -40,6 +40,12 @@ def test_every_learned_path_is_the_concrete_step_wherever_it_matches(release, sc
     states = reachable(rel, scen)
     lay = sx.Layout.of(ctx, 8)
     by_inst = learned_everywhere(lay, ctx, states)
+    preds = collections.defaultdict(dict)
+    for s in states:
+        for p in properties.CATALOG.values():
+            if p.state:
+                cond, good = sx.learn_predicate(lay, lay.values(s), p.state)
+                preds[p.name][cond] = good
     for s in states:
         v = lay.values(s)
         want = {(st.action, st.rid, tuple(st.arg)): (nxt, evs)
@@ -56,9 +62,14 @@ def test_every_learned_path_is_the_concrete_step_wherever_it_matches(release, sc
                 want_nxt, want_evs = want[(name, r, c.arg)]
                 assert nxt == want_nxt, f"{c.step} from a state it was not learned on"
                 assert c.events == tuple(want_evs)
-                assert set(c.broken) == {p.name for p in SAFETY
-                                         if p.hit(s, Step(name, r, c.arg), want_evs, want_nxt)}
+                assert set(c.broken) == {p.name for p in SAFETY if p.transition and not
+                                         p.holds_on(s, Step(name, r, c.arg), want_evs, want_nxt)}
         assert set(got) == set(want)
+        for p in properties.CATALOG.values():
+            if p.state:
+                matching = [good for cond, good in preds[p.name].items()
+                            if all(v[k] == x for k, x in cond)]
+                assert matching == [p.state(s)], p.name
 
 
 def test_a_path_reads_only_what_the_action_looks_at():
@@ -112,18 +123,19 @@ def test_z3_reports_holds_to_the_depth_where_the_table_says_holds():
 
 
 def test_an_unlearned_path_is_not_taken_as_absent():
-    """The completeness question is what makes "holds" sound: with it off
-    (the relation only as learned on the initial state), Z3 would see no
-    second step at all.  The engine refines until every state within the
-    depth has every path learned, and then finds the 12-step violation."""
-    rel, scen = releases.get("0.5.19"), scenario.builtin("both-reject")
-    ctx = Ctx(rel, scen)
-    lay = sx.Layout.of(ctx, 8)
+    """The completeness question is what makes "holds" sound: with the
+    relation only as learned on the initial state, Z3 finds no 12-step
+    violation (the intake steps are all it knows).  The engine refines until
+    every state within the depth has all its paths learned, and then finds it."""
     from reqmodel.actions import initial_state
-    R = bmc.Relation(lay, [properties.CATALOG["rejected-never-succeeds"]])
+    rel, scen = releases.get("0.5.19"), scenario.builtin("both-reject")
+    p = properties.CATALOG["rejected-never-succeeds"]
+    lay = sx.Layout.of(Ctx(rel, scen), 8)
+    R = bmc.Relation(lay, [p])
     v0 = lay.values(initial_state(scen))
     R.learn_at(v0)
-    u = bmc.Unrolling(R, v0, 2)
-    assert u.solver.check().r == -1  # two learned steps: no such sequence yet
-    r = bmc.check(rel, scen, properties.CATALOG["rejected-never-succeeds"], 12)
-    assert r.refinements > 0 and r.verdict == "violated"
+    u = bmc.Unrolling(R, v0, 12)
+    u.solver.add(u.hit(12, p))
+    assert str(u.solver.check()) == "unsat"
+    r = bmc.check(rel, scen, p, 12)
+    assert r.refinements > 0 and (r.verdict, r.depth) == ("violated", 12)
