@@ -48,8 +48,9 @@ class Unconfirmed(RuntimeError):
 @attrs.define
 class Result:
     property: str
-    verdict: str  # violated | holds-to-depth
-    depth: int  # violation depth, or the depth searched
+    verdict: str  # violated | holds-to-depth | proved; reached | unreached-to-depth | unreachable
+    depth: int  # violation (reach) depth; the depth searched; for a proof, the
+    # depth at which no simple path was left
     trace: Optional[Trace]
     seconds: float
     clauses: int
@@ -172,6 +173,13 @@ class Unrolling:
                     for cond, good in self.rel.preds[prop.name].items() if good == want]
         return z3.Or(out or [False])
 
+    def loop_free(self) -> z3.BoolRef:
+        """The states of the unrolling are pairwise different: the path is
+        simple."""
+        xs, keys = self.x, self.rel.lay.keys
+        return z3.And([z3.Or([xs[i][k] != xs[j][k] for k in keys])
+                       for j in range(1, len(xs)) for i in range(j)])
+
     def steps(self, model, upto: int):
         return [self.rel.enabled[model.eval(s, model_completion=True).as_long()] for s in self.sel[:upto]]
 
@@ -241,11 +249,20 @@ def _trace(release, scenario, prop, clauses, ctx) -> Trace:
 
 
 def run(release: Release, scenario: Scenario, props: Sequence[Property], depth: int,
-        max_net: int = 8, log=None) -> Dict[str, Result]:
+        max_net: int = 8, log=None, seconds: Optional[float] = None) -> Dict[str, Result]:
     """Search, depth by depth, for the shortest violation of each safety
     property and the shortest path to each reachability property's good
-    state, up to ``depth`` steps.  The properties share one learned relation
-    and one unrolling."""
+    state, up to ``depth`` steps (or until ``seconds`` have passed at the end
+    of a depth).  The properties share one learned relation and one
+    unrolling.
+
+    After each depth ``k`` the engine also asks for a *simple* path of ``k``
+    steps (no state twice).  When there is none, every reachable state is
+    reachable in fewer than ``k`` steps (the recurrence diameter is below
+    ``k``: Kroening and Strichman's completeness threshold), every step out
+    of them has been searched, and what was not found does not exist: the
+    open safety properties are ``proved`` and the open reachability
+    properties ``unreachable``."""
     t0 = time.time()
     ctx = Ctx(release, scenario)
     lay = sx.Layout.of(ctx, max_net)
@@ -264,6 +281,7 @@ def run(release: Release, scenario: Scenario, props: Sequence[Property], depth: 
         if p.kind == "always" and not p.holds_in(s0):
             done(p, "violated", 0, Trace(release.name, scenario.name, p.name, (), (s0,), (), "state"))
     u = Unrolling(rel, v0)
+    searched = 0
     for k in range(1, depth + 1):
         pending = [p for p in props if p.name not in results]
         if not pending:
@@ -298,11 +316,23 @@ def run(release: Release, scenario: Scenario, props: Sequence[Property], depth: 
                     done(p, "reached" if p.kind == "sometimes" else "violated", k,
                          _trace(release, scenario, p, clauses, ctx))
                     del hits[p.name]
+        if any(p.name not in results for p in props):
+            u.solver.push()
+            u.solver.add(u.loop_free())
+            simple = u.solver.check() == z3.sat
+            u.solver.pop()
+            if not simple:
+                for p in props:
+                    if p.name not in results:
+                        done(p, "unreachable" if p.kind == "sometimes" else "proved", k)
         if log:
             log(k, refinements, len(rel.enabled))
+        searched = k
+        if seconds is not None and time.time() - t0 > seconds:
+            break
     for p in props:
         if p.name not in results:
-            done(p, "unreached-to-depth" if p.kind == "sometimes" else "holds-to-depth", depth)
+            done(p, "unreached-to-depth" if p.kind == "sometimes" else "holds-to-depth", searched)
     return results
 
 

@@ -31,6 +31,7 @@ class Result:
     depth: Optional[int] = None  # z3: the depth searched
     clauses: Optional[int] = None  # z3: paths of the actions learned
     refinements: Optional[int] = None  # z3: sequences into states with a path not learned yet
+    proved: bool = False  # z3: the verdict holds for every depth (no simple path was left)
 
     def as_json(self) -> dict:
         out = {"release": self.release, "scenario": self.scenario, "property": self.property,
@@ -41,7 +42,7 @@ class Result:
             out.update(engine="hypothesis", examples=self.examples, runs=self.runs,
                        steps=self.steps)
         if self.engine == "z3":
-            out.update(engine="z3", depth=self.depth, clauses=self.clauses,
+            out.update(engine="z3", depth=self.depth, proved=self.proved, clauses=self.clauses,
                        refinements=self.refinements)
         return out
 
@@ -109,7 +110,9 @@ def run_hypothesis(releases: Sequence[Release], scenarios: Sequence[Scenario],
 
 # Z3's verdicts, in the exhaustive engine's words where they mean the same:
 # a reached good state is "holds" (with the path's length) in both
-Z3_VERDICTS = {"violated": "violated", "reached": "holds",
+# and a proof is "holds" (an unreachable good state, "violated") in both
+Z3_VERDICTS = {"violated": "violated", "reached": "holds", "proved": "holds",
+               "unreachable": "violated",
                "holds-to-depth": "holds-to-depth", "unreached-to-depth": "unreached-to-depth"}
 
 
@@ -138,7 +141,8 @@ def run_z3(releases: Sequence[Release], scenarios: Sequence[Scenario], props: Se
                                     extra_meta={"depth": depth})
                 results.append(Result(rel.name, sc.name, p.name, p.kind, verdict,
                                       v.trace_length, path, None, r.seconds, "z3",
-                                      depth=depth, clauses=r.clauses, refinements=r.refinements))
+                                      depth=r.depth, clauses=r.clauses, refinements=r.refinements,
+                                      proved=r.verdict in ("proved", "unreachable")))
             if progress is not None:
                 progress(sc, rel, None)
     return results

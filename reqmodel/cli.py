@@ -71,6 +71,8 @@ _BOUNDED = {"holds-to-depth": "[green]holds[/] to depth {}",
 
 
 def _cell(r) -> str:
+    if getattr(r, "proved", False):
+        return "[green]proved[/]" if r.kind == "always" else "[bold red]unreachable[/] (proved)"
     if r.verdict in _BOUNDED:
         return _BOUNDED[r.verdict].format(r.depth)
     text = _CELL[r.verdict]
@@ -185,7 +187,8 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, ma
                      "(n) = length of "
                      "the minimised counterexample; 'holds' = none found within the budget")
     elif engine == "z3":
-        stdout.print(f"z3: every sequence of at most {depth} steps searched; (n) = length of the "
+        stdout.print(f"z3: 'holds to depth k' = no violation of at most k steps; 'proved' = none "
+                     "of any length (no simple path was left at some depth); (n) = length of the "
                      "shortest counterexample, or of the shortest path to the good state")
     else:
         stdout.print("(n) = length of the shortest counterexample, or of the shortest path to "
