@@ -22,7 +22,7 @@ import sys
 import time
 
 
-def one(release: str, scenario_name: str, depth: int, log: bool) -> dict:
+def one(release: str, scenario_name: str, depth: int, log: bool, seconds=None) -> dict:
     from reqmodel import bmc, explore, properties, releases, scenario
     rel, sc = releases.get(release), scenario.builtin(scenario_name)
     props = [p for p in properties.CATALOG.values() if p.applies(rel, sc)]
@@ -33,7 +33,7 @@ def one(release: str, scenario_name: str, depth: int, log: bool) -> dict:
             print(f"  depth {k}: {n} refinements, {c} clauses, {time.perf_counter() - t0:.1f} s",
                   file=sys.stderr, flush=True)
 
-    res = bmc.run(rel, sc, props, depth, log=show)
+    res = bmc.run(rel, sc, props, depth, log=show, seconds=seconds)
     wall = time.perf_counter() - t0
     ex = explore.explore(rel, sc, props, stop_early=False, keep_graph=False)
     disagree = []
@@ -44,10 +44,23 @@ def one(release: str, scenario_name: str, depth: int, log: bool) -> dict:
                 if v.trace is not None and n <= depth
                 else ("unreached-to-depth" if p.kind == "sometimes" else "holds-to-depth", depth))
         got = (res[p.name].verdict, res[p.name].depth)
+        if got[0] in ("proved", "unreachable"):
+            # no simple path of that many steps: the exploration is shallower,
+            # and its verdict is the same
+            if ex.depth < got[1] and v.verdict == ("violated" if p.kind == "sometimes" else "holds"):
+                continue
+        elif seconds is not None and got[0].endswith("-to-depth"):
+            searched = got[1]
+            if not (v.trace is not None and n <= searched):
+                continue
         if got != want:
             disagree.append(f"{p.name}: z3 {got}, exhaustive {want}")
-    found = sorted((r.depth, r.property) for r in res.values() if r.trace is not None)
+    found = sorted((r.depth, r.property, round(r.seconds, 1)) for r in res.values()
+                   if r.trace is not None)
+    proved = [r.depth for r in res.values() if r.verdict in ("proved", "unreachable")]
+    searched = max([r.depth for r in res.values() if r.verdict.endswith("-to-depth")] + [0])
     return {"scenario": scenario_name, "release": release, "depth": depth,
+            "searched": searched, "proved_at": proved[0] if proved else None,
             "seconds": round(wall, 2), "clauses": max(r.clauses for r in res.values()),
             "refinements": max(r.refinements for r in res.values()),
             "found": found, "disagree": disagree,
@@ -61,10 +74,12 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=8)
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--log", action="store_true", help="show progress per depth")
+    ap.add_argument("--seconds", type=float, default=None,
+                    help="stop deepening after this long (the depth reached is reported)")
     ap.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one(args.one[0], args.one[1], args.depth, args.log)))
+        print(json.dumps(one(args.one[0], args.one[1], args.depth, args.log, args.seconds)))
         return
     from reqmodel import releases, scenario
     scs = scenario.builtin_names() if args.scenario == "all" else [args.scenario]
@@ -73,6 +88,8 @@ def main() -> None:
     for sc in scs:
         for rel in rels:
             cmd = [sys.executable, __file__, "--depth", str(args.depth), "--one", rel, sc]
+            if args.seconds is not None:
+                cmd += ["--seconds", str(args.seconds)]
             if args.log:
                 cmd.append("--log")
             out = subprocess.run(cmd, check=True, text=True, stdout=subprocess.PIPE).stdout
@@ -81,11 +98,12 @@ def main() -> None:
             if not args.markdown:
                 print(json.dumps(row), flush=True)
     if args.markdown:
-        print("| scenario | release | depth | wall s | clauses | refinements | found (depth) | agrees | peak RSS MB |")
-        print("|---|---|---:|---:|---:|---:|---|---|---:|")
+        print("| scenario | release | searched to | proved at | wall s | clauses | refinements | found (depth) | agrees | peak RSS MB |")
+        print("|---|---|---:|---:|---:|---:|---:|---|---|---:|")
         for r in rows:
-            found = ", ".join(f"{p} {d}" for d, p in r["found"]) or "-"
-            print(f"| {r['scenario']} | {r['release']} | {r['depth']} | {r['seconds']:,} | "
+            found = ", ".join(f"{p} {d} ({s} s)" for d, p, s in r["found"]) or "-"
+            print(f"| {r['scenario']} | {r['release']} | {r['searched'] or '-'} | "
+                  f"{r['proved_at'] or '-'} | {r['seconds']:,} | "
                   f"{r['clauses']:,} | {r['refinements']:,} | {found} | "
                   f"{'yes' if not r['disagree'] else '; '.join(r['disagree'])} | {r['peak_rss_mb']} |")
 

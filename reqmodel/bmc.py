@@ -37,8 +37,14 @@ from .scenario import Scenario
 W = 16  # bits of a slot's value code and of a step's clause selector
 
 
+_VALS: Dict[int, Any] = {}
+
+
 def _val(c: int):
-    return z3.BitVecVal(c, W)
+    v = _VALS.get(c)
+    if v is None:
+        v = _VALS[c] = z3.BitVecVal(c, W)
+    return v
 
 
 class Unconfirmed(RuntimeError):
@@ -111,6 +117,8 @@ class Unrolling:
         self.x = [{k: _val(rel.code(k, s0[k])) for k in rel.lay.keys}]
         self.sel = []
         self.built = len(rel.enabled)  # clauses the steps choose from
+        self._conds: Dict[Any, Any] = {}
+        self.picks: List[List[Any]] = []  # per step, "the step takes clause i"
         self.solver = z3.SolverFor("QF_BV")
         self.writers = collections.defaultdict(list)
         for i, c in enumerate(rel.enabled):
@@ -131,12 +139,10 @@ class Unrolling:
         sel = z3.BitVec(f"sel{t}", W)
         self.sel.append(sel)
         self.solver.add(z3.ULT(sel, len(rel.enabled)))
-        conds = {}
+        picks = [sel == i for i in range(len(rel.enabled))]
+        self.picks.append(picks)
         for i, c in enumerate(rel.enabled):
-            f = conds.get(c.cond)
-            if f is None:
-                f = conds[c.cond] = self.cond(pre, c.cond)
-            self.solver.add(z3.Implies(sel == i, f))
+            self.solver.add(z3.Implies(picks[i], self.cond(pre, c.cond)))
         nxt = {}
         for k in rel.lay.keys:
             ws = self.writers.get(k)
@@ -146,27 +152,27 @@ class Unrolling:
             v = z3.BitVec(f"x{t}_{k}", W)
             e = pre[k]
             for i, (kind, val) in ws:
-                e = z3.If(sel == i, _val(rel.code(k, val)) if kind == "const" else pre[val], e)
+                e = z3.If(picks[i], _val(rel.code(k, val)) if kind == "const" else pre[val], e)
             self.solver.add(v == e)
             nxt[k] = v
         self.x.append(nxt)
 
     def cond(self, x, cond) -> z3.BoolRef:
-        return z3.And([x[k] == self.rel.code(k, v) for k, v in cond])
-
-    def uncovered(self, t: int) -> z3.BoolRef:
-        """State ``t`` takes, in some action instance, a path not learned yet."""
-        x = self.x[t]
-        return z3.Or([z3.And([z3.Not(self.cond(x, cond)) for cond in self.rel.paths[(a.name, r)]])
-                      for a, r in self.rel.insts])
+        """The path condition on a state of the unrolling (built once per
+        state and path: building Z3 terms is most of the engine's time)."""
+        key = (id(x), cond)
+        f = self._conds.get(key)
+        if f is None:
+            f = self._conds[key] = z3.And([x[k] == _val(self.rel.code(k, v)) for k, v in cond])
+        return f
 
     def hit(self, t: int, prop: Property) -> z3.BoolRef:
         """Step ``t`` breaks the safety property (its transition, or the state it
         leads to), or leads to the reachability property's good state."""
         out = []
         if prop.transition:
-            sel = self.sel[t - 1]
-            out += [sel == i for i, c in enumerate(self.rel.enabled) if prop.name in c.broken]
+            picks = self.picks[t - 1]
+            out += [picks[i] for i, c in enumerate(self.rel.enabled) if prop.name in c.broken]
         if prop.state:
             want = prop.kind == "sometimes"
             out += [self.cond(self.x[t], cond)
