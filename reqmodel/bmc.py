@@ -171,8 +171,10 @@ class Unrolling:
         leads to), or leads to the reachability property's good state."""
         out = []
         if prop.transition:
+            # the clauses step t chooses from (the relation may have grown
+            # since, by paths out of states deeper than t)
             picks = self.picks[t - 1]
-            out += [picks[i] for i, c in enumerate(self.rel.enabled) if prop.name in c.broken]
+            out += [pick for pick, c in zip(picks, self.rel.enabled) if prop.name in c.broken]
         if prop.state:
             want = prop.kind == "sometimes"
             out += [self.cond(self.x[t], cond)

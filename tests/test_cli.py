@@ -48,6 +48,11 @@ def test_json_output_schema(tmp_path):
     (["check", "--scenario-file", "missing.toml"], "no such scenario file"),
     (["check", "--frobnicate"], "No such option"),
     (["check", "--max-states", "10"], "more than 10 distinct states"),
+    (["check", "--engine", "z3", "--depth", "0"], "--depth must be 1 to 60"),
+    (["check", "--engine", "z3", "--depth", "500"], "--depth must be 1 to 60"),
+    (["check", "--depth", "5"], "--depth is for --engine z3"),
+    (["check", "--engine", "z3", "--max-net", "0"], "--max-net must be 1 to 64"),
+    (["check", "--engine", "z3", "--depth", "8", "--max-net", "1"], "raise --max-net"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
     r = run(*args, cwd=tmp_path)
@@ -125,3 +130,23 @@ def test_sampled_bounds_still_refuse_absurd_scenarios(tmp_path):
     r = run("check", "--engine", "hypothesis", "--scenario-file", str(f), cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "ranks must be 1..8" in r.stderr
+
+
+def test_z3_engine_json_and_a_trace_that_replays(tmp_path):
+    """Bounded model checking on both-reject: the 12-step violation on 0.5.19
+    (the exhaustive engine's shortest), proofs on 0.5.21, written traces that
+    replay."""
+    r = run("check", "--engine", "z3", "--depth", "12", "--scenario", "both-reject",
+            "--release", "0.5.19,0.5.21", "--property", "rejected-never-succeeds", "--json",
+            "--out", "cx", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    rows = {row["release"]: row for row in json.loads(r.stdout)["results"]}
+    v19, v21 = rows["0.5.19"], rows["0.5.21"]
+    assert (v19["engine"], v19["verdict"], v19["trace_length"], v19["proved"]) == ("z3", "violated", 12, False)
+    assert (v21["verdict"], v21["proved"], v21["depth"]) == ("holds", True, 5)
+    rp = run("replay", v19["trace_file"], cwd=tmp_path)
+    assert rp.returncode == 0 and "VIOLATED at step 12" in rp.stdout
+    table = run("check", "--engine", "z3", "--depth", "3", "--scenario", "incident",
+                "--release", "0.5.21", "--property", "no-foreign-kv-read", "--out", "cx",
+                cwd=tmp_path)
+    assert "holds to depth 3" in table.stdout

@@ -113,13 +113,23 @@ def test_z3_finds_the_exhaustive_engines_shortest_violation(release, sc, prop, l
     assert p.hit(r.trace.states[-2], r.trace.steps[-1], r.trace.events[-1], r.trace.states[-1])
 
 
-def test_z3_reports_holds_to_the_depth_where_the_table_says_holds():
-    """0.5.21's door retires the rejected request: nothing breaks within the
-    scenario's whole reachable depth (4 steps), and past it."""
+def test_z3_proves_what_holds_once_no_simple_path_is_left():
+    """0.5.21's door retires the rejected request: its whole reachable space is
+    4 steps deep, so there is no simple path of 5 steps, and what did not
+    break by then is proved, not only held to the depth asked."""
     rel, scen = releases.get("0.5.21"), scenario.builtin("both-reject")
     for name in ("rejected-never-succeeds", "reject-acquires-nothing", "aborted-not-preallocated"):
-        r = bmc.check(rel, scen, properties.CATALOG[name], 6)
-        assert (r.verdict, r.depth, r.trace) == ("holds-to-depth", 6, None)
+        r = bmc.check(rel, scen, properties.CATALOG[name], 8)
+        assert (r.verdict, r.depth, r.trace) == ("proved", 5, None)
+
+
+def test_z3_holds_only_to_the_depth_searched_on_a_deeper_space():
+    """incident is 21 steps deep on 0.5.21: four steps prove nothing."""
+    rel, scen = releases.get("0.5.21"), scenario.builtin("incident")
+    r = bmc.check(rel, scen, properties.CATALOG["no-foreign-kv-read"], 4)
+    assert (r.verdict, r.depth) == ("holds-to-depth", 4)
+    r = bmc.check(rel, scen, properties.CATALOG["valid-request-completes"], 4)
+    assert (r.verdict, r.depth) == ("unreached-to-depth", 4)
 
 
 def test_an_unlearned_path_is_not_taken_as_absent():
