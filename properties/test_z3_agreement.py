@@ -32,3 +32,25 @@ def test_z3_agrees_with_exhaustive_search_to_a_small_depth(explored, release, sc
         else:
             assert (r.verdict, r.depth) == (
                 "unreached-to-depth" if p.kind == "sometimes" else "holds-to-depth", DEPTH), p.name
+
+
+# Past the agreement depth, one pinned cell of each kind the table has at 7 to
+# 9 steps: Z3's first depth is the pinned shortest length.
+DEEPER = [("transfer-status-monotone", "late-result", "0.5.19"),
+          ("drain-ack-reaches-every-rank", "two-rank-abort", "0.5.19"),
+          ("drain-ack-releases-hold", "room-reuse", "0.5.21"),
+          ("no-late-result-side-effects", "late-result-unit", "0.5.19")]
+
+
+@pytest.mark.parametrize("prop,sc,release", DEEPER)
+def test_z3_first_depth_is_the_pinned_shortest_length(prop, sc, release):
+    from verdict_table import ESTABLISHED, REFERENCE, RELEASES
+    row = ESTABLISHED.get((prop, sc)) or REFERENCE[prop][1]
+    cell = row[RELEASES.index(release)]
+    assert cell[0] in "FR"
+    n = int(cell[1:])
+    assert n > DEPTH
+    r = bmc.check(releases.get(release), scenario.builtin(sc), properties.CATALOG[prop], n)
+    p = properties.CATALOG[prop]
+    assert (r.verdict, r.depth) == ("reached" if p.kind == "sometimes" else "violated", n)
+    assert len(r.trace.steps) == n
