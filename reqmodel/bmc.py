@@ -47,6 +47,10 @@ def _val(c: int):
     return v
 
 
+class TooManyPaths(ValueError):
+    """More learned paths than a step's selector can name (one line for the user)."""
+
+
 class Unconfirmed(RuntimeError):
     """Z3 returned a trace the explicit model does not replay (an engine bug)."""
 
@@ -119,6 +123,7 @@ class Unrolling:
         self.built = len(rel.enabled)  # clauses the steps choose from
         self._conds: Dict[Any, Any] = {}
         self.picks: List[List[Any]] = []  # per step, "the step takes clause i"
+        self._distinct: List[Any] = []  # per state j >= 1: it differs from every earlier one
         self.solver = z3.SolverFor("QF_BV")
         self.writers = collections.defaultdict(list)
         for i, c in enumerate(rel.enabled):
@@ -138,6 +143,9 @@ class Unrolling:
         t = len(self.x)
         sel = z3.BitVec(f"sel{t}", W)
         self.sel.append(sel)
+        if len(rel.enabled) >= 1 << W:
+            raise TooManyPaths(f"more than {(1 << W) - 1:,} learned paths of the actions: "
+                               "lower --depth or check a smaller scenario")
         self.solver.add(z3.ULT(sel, len(rel.enabled)))
         picks = [sel == i for i in range(len(rel.enabled))]
         self.picks.append(picks)
@@ -184,9 +192,14 @@ class Unrolling:
     def loop_free(self) -> z3.BoolRef:
         """The states of the unrolling are pairwise different: the path is
         simple."""
-        xs, keys = self.x, self.rel.lay.keys
-        return z3.And([z3.Or([xs[i][k] != xs[j][k] for k in keys])
-                       for j in range(1, len(xs)) for i in range(j)])
+        # only slots some step writes can tell two states apart; the pairs of
+        # earlier depths are kept (each depth adds the pairs with its state)
+        xs, keys = self.x, [k for k in self.rel.lay.keys if k in self.writers]
+        while len(self._distinct) < len(xs) - 1:
+            j = len(self._distinct) + 1
+            self._distinct.append(z3.And([z3.Or([xs[i][k] != xs[j][k] for k in keys] or [False])
+                                          for i in range(j)]))
+        return z3.And(self._distinct)
 
     def steps(self, model, upto: int):
         return [self.rel.enabled[model.eval(s, model_completion=True).as_long()] for s in self.sel[:upto]]

@@ -149,13 +149,15 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, ma
         results = run_hypothesis(releases, scenarios, props, pathlib.Path(out), hprofile,
                                  progress=progress, write_witnesses=witnesses)
     elif engine == "z3":
-        from . import symexec
+        from . import bmc, symexec
         from .check import run_z3
         try:
             results = run_z3(releases, scenarios, props, pathlib.Path(out), depth, max_net,
                              progress=progress, write_witnesses=witnesses)
         except symexec.NetBound as e:
             raise UserError(f"{e}: raise --max-net")
+        except bmc.TooManyPaths as e:
+            raise UserError(str(e))
     else:
         results = run(releases, scenarios, props, pathlib.Path(out), max_states=max_states,
                       progress=progress, write_witnesses=witnesses)
