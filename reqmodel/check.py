@@ -118,7 +118,7 @@ Z3_VERDICTS = {"violated": "violated", "reached": "holds", "proved": "holds",
 
 def run_z3(releases: Sequence[Release], scenarios: Sequence[Scenario], props: Sequence[Property],
            out: Optional[pathlib.Path], depth: int, max_net: int = 8, progress=None,
-           write_witnesses: bool = False) -> List[Result]:
+           write_witnesses: bool = False, seconds: Optional[float] = None) -> List[Result]:
     """The same table from bounded model checking: a violation is a shortest
     one (depths are tried in order); "holds-to-depth" means none of at most
     ``depth`` steps exists."""
@@ -128,7 +128,8 @@ def run_z3(releases: Sequence[Release], scenarios: Sequence[Scenario], props: Se
     for sc in scenarios:
         for rel in releases:
             applicable = [p for p in props if p.applies(rel, sc)]
-            res = bmc.run(rel, sc, applicable, depth, max_net=max_net) if applicable else {}
+            res = (bmc.run(rel, sc, applicable, depth, max_net=max_net, seconds=seconds)
+                   if applicable else {})
             for p in props:
                 r = res.get(p.name)
                 if r is None:

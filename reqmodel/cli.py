@@ -98,6 +98,8 @@ def _cell(r) -> str:
               default="exhaustive", show_default=True, help="Checking engine.")
 @click.option("--depth", type=int, default=None,
               help=f"z3: the most steps searched (default {Z3_DEFAULT_DEPTH}, at most {Z3_MAX_DEPTH}).")
+@click.option("--seconds", "z3_seconds", type=float, default=None,
+              help="z3: stop deepening after this long (the depth reached is reported).")
 @click.option("--max-net", type=int, default=8, show_default=True,
               help="z3: message slots of the state vector (messages in flight at once).")
 @click.option("--hypothesis-profile", "hprofile", type=click.Choice(["dev", "ci", "thorough"]),
@@ -109,8 +111,8 @@ def _cell(r) -> str:
 @click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES,
               show_default=True, help="Refuse scenarios with more distinct states than this.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def check(release, scenario_names, scenario_files, prop_names, engine, depth, max_net, hprofile,
-          out, witnesses, max_states, as_json) -> None:
+def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3_seconds, max_net,
+          hprofile, out, witnesses, max_states, as_json) -> None:
     """Check properties on releases and scenarios; write counterexamples.
 
     Exit status 0 when the check ran, whatever the verdicts; 2 on bad input.
@@ -118,8 +120,8 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, ma
     releases = rel_mod.resolve(release)
     if not releases:
         raise UserError("--release names no release")
-    if engine != "z3" and depth is not None:
-        raise UserError("--depth is for --engine z3")
+    if engine != "z3" and (depth is not None or z3_seconds is not None):
+        raise UserError("--depth and --seconds are for --engine z3")
     if engine == "z3":
         depth = Z3_DEFAULT_DEPTH if depth is None else depth
         if not 1 <= depth <= Z3_MAX_DEPTH:
@@ -127,6 +129,8 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, ma
                             "(notes/performance.md: depth 16 on incident takes 7 minutes)")
         if not 1 <= max_net <= 64:
             raise UserError("--max-net must be 1 to 64")
+        if z3_seconds is not None and z3_seconds <= 0:
+            raise UserError("--seconds must be positive")
     # the Hypothesis engine holds one state at a time: it takes scenario files
     # beyond the exhaustive checker's bounds
     scenarios = _scenarios(scenario_names, scenario_files,
@@ -153,7 +157,7 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, ma
         from .check import run_z3
         try:
             results = run_z3(releases, scenarios, props, pathlib.Path(out), depth, max_net,
-                             progress=progress, write_witnesses=witnesses)
+                             progress=progress, write_witnesses=witnesses, seconds=z3_seconds)
         except symexec.NetBound as e:
             raise UserError(f"{e}: raise --max-net")
         except bmc.TooManyPaths as e:

@@ -50,7 +50,8 @@ def test_json_output_schema(tmp_path):
     (["check", "--max-states", "10"], "more than 10 distinct states"),
     (["check", "--engine", "z3", "--depth", "0"], "--depth must be 1 to 60"),
     (["check", "--engine", "z3", "--depth", "500"], "--depth must be 1 to 60"),
-    (["check", "--depth", "5"], "--depth is for --engine z3"),
+    (["check", "--depth", "5"], "--depth and --seconds are for --engine z3"),
+    (["check", "--engine", "z3", "--seconds", "0"], "--seconds must be positive"),
     (["check", "--engine", "z3", "--max-net", "0"], "--max-net must be 1 to 64"),
     (["check", "--engine", "z3", "--depth", "8", "--max-net", "1"], "raise --max-net"),
 ])
@@ -150,3 +151,9 @@ def test_z3_engine_json_and_a_trace_that_replays(tmp_path):
                 "--release", "0.5.21", "--property", "no-foreign-kv-read", "--out", "cx",
                 cwd=tmp_path)
     assert "holds to depth 3" in table.stdout
+    # a time limit stops deepening at the end of the depth that passes it
+    quick = run("check", "--engine", "z3", "--depth", "60", "--seconds", "0.01", "--scenario",
+                "incident", "--release", "0.5.21", "--property", "no-foreign-kv-read", "--json",
+                cwd=tmp_path)
+    (row,) = json.loads(quick.stdout)["results"]
+    assert (row["verdict"], row["depth"]) == ("holds-to-depth", 1)
