@@ -312,19 +312,29 @@ def guard_points_cmd() -> None:
 @click.option("--scenario", "scenario_names", multiple=True,
               help="A built-in scenario (repeatable; default: every built-in one).")
 @click.option("--scenario-file", "scenario_files", multiple=True, type=click.Path(dir_okay=False))
-@click.option("--engine", type=click.Choice(["exhaustive"]), default="exhaustive", show_default=True)
+@click.option("--engine", type=click.Choice(["exhaustive", "z3"]), default="exhaustive",
+              show_default=True, help="z3: bounded to --depth, and no waste measurements.")
+@click.option("--depth", type=int, default=None,
+              help=f"z3: the most steps searched (default {Z3_DEFAULT_DEPTH}, at most {Z3_MAX_DEPTH}).")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Where counterexamples are written (default reqmodel-out/guard/<proposal>).")
 @click.option("--all", "show_all", is_flag=True, help="Also list properties that still hold.")
 @click.option("--no-cost", is_flag=True, help="Skip the waste measurements.")
 @click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, out, show_all,
+def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, depth, out, show_all,
                     no_cost, max_states, as_json) -> None:
     """Run the whole property catalog on the base release and on PROPOSAL_FILE,
     on every built-in scenario (or those given), and report what it fixes,
     breaks and costs."""
     from . import guardcheck, proposal
+    if engine != "z3" and depth is not None:
+        raise UserError("--depth is for --engine z3")
+    if engine == "z3":
+        depth = Z3_DEFAULT_DEPTH if depth is None else depth
+        if not 1 <= depth <= Z3_MAX_DEPTH:
+            raise UserError(f"--depth must be 1 to {Z3_MAX_DEPTH}")
+        no_cost = True  # the waste measurements walk the explored graph
     prop = proposal.load(proposal_file)
     if scenario_names or scenario_files:
         scenarios = _scenarios(scenario_names, scenario_files)
@@ -346,8 +356,14 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, out, 
     pending: list = []
     rows, costs = [], {}
     if not unchanged:
-        rows = guardcheck.compare(prop, scenarios, props, outdir, max_states=max_states,
-                                  pending=pending)
+        from . import bmc, symexec
+        try:
+            rows = guardcheck.compare(prop, scenarios, props, outdir, max_states=max_states,
+                                      pending=pending, engine=engine, depth=depth)
+        except symexec.NetBound as e:
+            raise UserError(f"{e}: this scenario needs the exhaustive engine")
+        except bmc.TooManyPaths as e:
+            raise UserError(str(e))
         costs = {} if no_cost else guardcheck.cost(prop, scenarios, max_states=max_states)
         guardcheck.write(pending)  # only once everything ran
     if as_json:

@@ -24,7 +24,25 @@ TIMEOUT_SECONDS = {"p_bootstrap_timeout": 300, "d_waiting_timeout": 300, "d_defe
 
 
 def _norm(v: str) -> str:
-    return "holds" if v == "not-applicable" else v
+    """A verdict as the change classification reads it.  Z3's bounded answers
+    count as what they say within the depth: holds (safety) and not reached
+    (reachability, as "violated", the way an unreachable good state is)."""
+    return {"not-applicable": "holds", "holds-to-depth": "holds",
+            "unreached-to-depth": "violated"}.get(v, v)
+
+
+def _verdicts(release: Release, sc: Scenario, props: Sequence[Property], engine: str,
+              max_states: int, depth: Optional[int]):
+    """Per property: (verdict, trace) from the chosen engine."""
+    if engine == "z3":
+        from . import bmc
+        from .check import Z3_VERDICTS
+        applicable = [p for p in props if p.applies(release, sc)]
+        res = bmc.run(release, sc, applicable, depth) if applicable else {}
+        return {p.name: (Z3_VERDICTS[res[p.name].verdict], res[p.name].trace) if p.name in res
+                else ("not-applicable", None) for p in props}
+    ex = explore(release, sc, props, max_states=max_states, keep_graph=False)
+    return {p.name: (ex.verdicts[p.name].verdict, ex.verdicts[p.name].trace) for p in props}
 
 
 @attrs.frozen
@@ -45,25 +63,31 @@ class Row:
 
 def compare(prop: Proposal, scenarios: Sequence[Scenario], props: Sequence[Property],
             out: pathlib.Path, max_states: int = DEFAULT_MAX_STATES,
-            pending: Optional[list] = None) -> List[Row]:
-    """Verdicts on base and proposal.  Counterexample files are appended to
-    ``pending`` as (path, trace, scenario) and written by :func:`write`, so a
-    proposal that fails midway leaves nothing behind."""
+            pending: Optional[list] = None, engine: str = "exhaustive",
+            depth: Optional[int] = None) -> List[Row]:
+    """Verdicts on base and proposal (exhaustive search, or Z3 to ``depth``).
+    Counterexample files are appended to ``pending`` as (path, trace,
+    scenario) and written by :func:`write`, so a proposal that fails midway
+    leaves nothing behind."""
     rows: List[Row] = []
     pending = [] if pending is None else pending
     for sc in scenarios:
-        base = explore(prop.base, sc, props, max_states=max_states, keep_graph=False)
+        base = _verdicts(prop.base, sc, props, engine, max_states, depth)
         psc = prop.apply(sc)
-        mine = explore(prop.release, psc, props, max_states=max_states, keep_graph=False)
+        mine = _verdicts(prop.release, psc, props, engine, max_states, depth)
         for p in props:
-            b, m = base.verdicts[p.name], mine.verdicts[p.name]
-            change = CHANGE[(_norm(b.verdict), _norm(m.verdict))]
+            (bv, _), (mv, mtrace) = base[p.name], mine[p.name]
+            change = CHANGE[(_norm(bv), _norm(mv))]
             path = None
-            if m.verdict == "violated" and m.trace is not None:
+            if mv == "violated" and mtrace is not None:
                 path = out / f"{p.name}-{sc.name}.itf.json"
-                pending.append((path, m.trace, psc, {"guards": prop.path, "base": prop.base.name}))
-            rows.append(Row(sc.name, p.name, b.verdict, m.verdict, change,
-                            None if path is None else str(path), m.trace_length))
+                meta = {"guards": prop.path, "base": prop.base.name}
+                if engine == "z3":
+                    meta.update(engine="z3", depth=depth)
+                pending.append((path, mtrace, psc, meta))
+            rows.append(Row(sc.name, p.name, bv, mv, change,
+                            None if path is None else str(path),
+                            None if mtrace is None else len(mtrace)))
     return rows
 
 

@@ -154,3 +154,18 @@ def test_bad_proposals_exit_2_in_one_line(tmp_path, case):
 def test_missing_proposal_file(tmp_path):
     r = run("guard", "check", str(tmp_path / "nope.py"))
     assert r.returncode == 2 and "no such proposal file" in r.stderr
+
+
+def test_a_proposal_checked_by_z3_gets_the_exhaustive_engines_changes():
+    """guard check --engine z3: on the small reject scenarios (which Z3
+    proves), #38935's door on 0.5.20 fixes the same cells as the exhaustive
+    check says, and breaks none."""
+    prop = proposal.load(str(EX / "pr38935-on-0.5.20.py"))
+    scs = [scenario.builtin(s) for s in ("both-reject", "decode-reject")]
+    z3_rows = guardcheck.compare(prop, scs, properties.select([]), pathlib.Path("unused"),
+                                 engine="z3", depth=12)
+    _, ex_rows, _ = check("pr38935-on-0.5.20", ["both-reject", "decode-reject"])
+    assert {(r.scenario, r.property): r.change for r in z3_rows} == {
+        k: r.change for k, r in ex_rows.items()}
+    assert sum(r.change == "fixed" for r in z3_rows) == 4
+    assert not any(r.change == "broken" for r in z3_rows)
