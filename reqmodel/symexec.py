@@ -23,12 +23,12 @@ matches.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
 from . import state as st
-from .actions import ACTIONS, BY_NAME, Action, Ctx, Event, Step, initial_state
+from .actions import ACTIONS, Action, Ctx, Event, Step, initial_state
 from .properties import Property
 from .state import DRoom, DecodeReq, MetaSlot, Msg, Page, PrefillReq, Room, State
 
