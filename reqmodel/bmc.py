@@ -96,13 +96,13 @@ class Relation:
             return 0
         self.seen.add(sig)
         for name, known in self.preds.items():
-            if not any(all(values[k] == v for k, v in cond) for cond in known):
+            if not any(sx.satisfied(cond, values) for cond in known):
                 cond, result = sx.learn_predicate(self.lay, values, self.pred_fn[name])
                 known[cond] = result
         new = 0
         for a, r in self.insts:
             known = self.paths[(a.name, r)]
-            if any(all(values[k] == v for k, v in cond) for cond in known):
+            if any(sx.satisfied(cond, values) for cond in known):
                 continue
             cls = sx.learn(self.lay, values, a, r, self.props)
             known[cls[0].cond] = cls

@@ -256,6 +256,11 @@ class Layout:
 
 # ---------------------------------------------------------------- clauses
 
+def satisfied(cond: Tuple[Tuple[Any, Any], ...], values: Dict[Any, Any]) -> bool:
+    """A path condition holds on the state with these slot values."""
+    return all(values[k] == v for k, v in cond)
+
+
 @attrs.frozen
 class Clause:
     """One path of one action instance, with one choice: a guarded assignment.
@@ -274,7 +279,7 @@ class Clause:
         return Step(self.action, self.rid, self.arg)
 
     def matches(self, values: Dict[Any, Any]) -> bool:
-        return all(values[k] == v for k, v in self.cond)
+        return satisfied(self.cond, values)
 
     def apply(self, values: Dict[Any, Any]) -> Dict[Any, Any]:
         out = dict(values)

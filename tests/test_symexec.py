@@ -52,7 +52,7 @@ def test_every_learned_path_is_the_concrete_step_wherever_it_matches(release, sc
                 for st, nxt, evs in successors(ctx, s)}
         got = {}
         for (name, r), paths in by_inst.items():
-            matching = [cond for cond in paths if all(v[k] == x for k, x in cond)]
+            matching = [cond for cond in paths if sx.satisfied(cond, v)]
             assert len(matching) == 1, f"{name}(r{r}): {len(matching)} paths match one state"
             for c in paths[matching[0]]:
                 if c.arg is None:
@@ -68,7 +68,7 @@ def test_every_learned_path_is_the_concrete_step_wherever_it_matches(release, sc
         for p in properties.CATALOG.values():
             if p.state:
                 matching = [good for cond, good in preds[p.name].items()
-                            if all(v[k] == x for k, x in cond)]
+                            if sx.satisfied(cond, v)]
                 assert matching == [p.state(s)], p.name
 
 
