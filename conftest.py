@@ -10,7 +10,11 @@ import functools
 
 import pytest
 
-from reqmodel import explore, mutants, properties, releases, scenario
+from reqmodel.engines import exhaustive as explore
+from reqmodel.proposals import mutants
+from reqmodel.model import properties
+from reqmodel.model import releases
+from reqmodel.model import scenario
 
 
 @functools.lru_cache(maxsize=None)

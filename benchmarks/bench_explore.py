@@ -20,7 +20,10 @@ import time
 
 
 def one(release: str, scenario_name: str, graph: bool) -> dict:
-    from reqmodel import explore, properties, releases, scenario
+    from reqmodel.engines import exhaustive as explore
+    from reqmodel.model import properties
+    from reqmodel.model import releases
+    from reqmodel.model import scenario
     sc = scenario.builtin(scenario_name)
     t0 = time.perf_counter()
     ex = explore.explore(releases.get(release), sc, properties.select([]), stop_early=False,
@@ -44,7 +47,8 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one[0], args.one[1], not args.no_graph)))
         return
-    from reqmodel import releases, scenario
+    from reqmodel.model import releases
+    from reqmodel.model import scenario
     names = scenario.builtin_names() if args.scenario == "all" else [args.scenario]
     rels = list(releases.RELEASES) if args.release == "all" else args.release.split(",")
     rows = []

@@ -14,7 +14,11 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "properties"))
 
-from reqmodel import explore, hypo, properties, releases, scenario  # noqa: E402
+from reqmodel.engines import exhaustive as explore
+from reqmodel.engines.hypothesis import engine as hypo
+from reqmodel.model import properties
+from reqmodel.model import releases
+from reqmodel.model import scenario  # noqa: E402
 from verdict_table import violated_cells  # noqa: E402
 
 

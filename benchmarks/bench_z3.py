@@ -23,7 +23,11 @@ import time
 
 
 def one(release: str, scenario_name: str, depth: int, log: bool, seconds=None) -> dict:
-    from reqmodel import bmc, explore, properties, releases, scenario
+    from reqmodel.engines.z3 import bmc
+    from reqmodel.engines import exhaustive as explore
+    from reqmodel.model import properties
+    from reqmodel.model import releases
+    from reqmodel.model import scenario
     rel, sc = releases.get(release), scenario.builtin(scenario_name)
     props = [p for p in properties.CATALOG.values() if p.applies(rel, sc)]
     t0 = time.perf_counter()
@@ -81,7 +85,8 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one[0], args.one[1], args.depth, args.log, args.seconds)))
         return
-    from reqmodel import releases, scenario
+    from reqmodel.model import releases
+    from reqmodel.model import scenario
     scs = scenario.builtin_names() if args.scenario == "all" else [args.scenario]
     rels = [r.name for r in releases.resolve(args.release)]
     rows = []

@@ -8,7 +8,9 @@ trace length and the scenario that produced it.
 import argparse
 import time
 
-from reqmodel import hypo, properties, releases
+from reqmodel.engines.hypothesis import engine as hypo
+from reqmodel.model import properties
+from reqmodel.model import releases
 
 
 def describe(sc):

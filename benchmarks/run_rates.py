@@ -14,7 +14,10 @@ import argparse
 import random
 import time
 
-from reqmodel import hypo, properties, releases, scenario
+from reqmodel.engines.hypothesis import engine as hypo
+from reqmodel.model import properties
+from reqmodel.model import releases
+from reqmodel.model import scenario
 
 
 def rate(prop: str, sc: str, rel: str, runs: int, seed: int):

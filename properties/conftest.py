@@ -2,7 +2,7 @@
 conftest.py)."""
 import pytest
 
-from reqmodel import hypo
+from reqmodel.engines.hypothesis import engine as hypo
 
 # dev / ci / thorough, for `pytest --hypothesis-profile NAME` and HYPOTHESIS_PROFILE
 hypo.register_profiles()

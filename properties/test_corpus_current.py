@@ -11,7 +11,11 @@ import pathlib
 
 import pytest
 
-from reqmodel import explore, itf, properties, releases, scenario
+from reqmodel.engines import exhaustive as explore
+from reqmodel.traces import itf
+from reqmodel.model import properties
+from reqmodel.model import releases
+from reqmodel.model import scenario
 
 from verdict_table import ESTABLISHED, REFERENCE, RELEASES
 
@@ -60,7 +64,7 @@ def _holds_on(prop, sc, rel):
 @pytest.mark.parametrize("path", sorted(ROOT.glob("*/*.itf.json")),
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_fixed_releases_do_not_violate_again(path):
-    from reqmodel import replay
+    from reqmodel.traces import replay
     loaded = replay.load(path)
     later = RELEASES[RELEASES.index(loaded.release.name) + 1:]
     for rel in later:

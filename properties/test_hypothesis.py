@@ -10,7 +10,12 @@ measured not to find are strict xfails (NOT_FOUND_BY_CI).
 """
 import pytest
 
-from reqmodel import hypo, itf, properties, releases, scenario, replay
+from reqmodel.engines.hypothesis import engine as hypo
+from reqmodel.traces import itf
+from reqmodel.model import properties
+from reqmodel.model import releases
+from reqmodel.model import scenario
+from reqmodel.traces import replay
 
 from verdict_table import ESTABLISHED, REFERENCE, RELEASES, pinned_length, violated_cells
 
@@ -130,7 +135,7 @@ from hypothesis import given, settings as hsettings  # noqa: E402
 @hsettings(max_examples=50, deadline=None, derandomize=True, database=None)
 @given(hypo.scenarios())
 def test_drawn_scenarios_are_well_formed_and_run(sc):
-    from reqmodel import actions
+    from reqmodel.model import actions
     assert 1 <= sc.n <= 6 and len(sc.prompt_pages) == sc.n
     for w in (sc.prefill, sc.decode):
         assert 1 <= w.intake_limit_pages <= w.pool_pages

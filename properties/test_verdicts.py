@@ -1,7 +1,7 @@
 """The verdict table, checked cell by cell against the exhaustive explorer."""
 import pytest
 
-from reqmodel import properties
+from reqmodel.model import properties
 
 from verdict_table import ESTABLISHED, MUTANT_CELLS, REFERENCE, RELEASES
 
@@ -54,7 +54,7 @@ def test_every_reachability_property_can_fail():
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_reachability_holds_on_every_scenario_with_a_valid_request(explored, release):
-    from reqmodel import scenario
+    from reqmodel.model import scenario
     for name in scenario.builtin_names():
         v = explored(release, name).verdicts["valid-request-completes"]
         assert v.verdict in ("holds", "not-applicable"), name

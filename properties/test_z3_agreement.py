@@ -7,7 +7,10 @@ reports); nothing else is found; and a proof (no simple path left) is only
 given where the exploration's verdict is the same at every depth."""
 import pytest
 
-from reqmodel import bmc, properties, releases, scenario
+from reqmodel.engines.z3 import bmc
+from reqmodel.model import properties
+from reqmodel.model import releases
+from reqmodel.model import scenario
 
 DEPTH = 6
 PAIRS = [(rel, sc) for sc in scenario.builtin_names() for rel in releases.NAMES]

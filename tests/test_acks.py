@@ -7,8 +7,11 @@ the mechanism the field names, so a rule that stopped being read would fail.
 import attrs
 import pytest
 
-from reqmodel import explore, properties, releases, scenario
-from reqmodel.scenario import from_dict
+from reqmodel.engines import exhaustive as explore
+from reqmodel.model import properties
+from reqmodel.model import releases
+from reqmodel.model import scenario
+from reqmodel.model.scenario import from_dict
 
 DRAIN = properties.CATALOG["drain-ack-reaches-every-rank"]
 RELEASED = properties.CATALOG["drain-ack-releases-hold"]

@@ -3,7 +3,9 @@ import re
 
 import pytest
 
-from reqmodel import actions, releases, scenario
+from reqmodel.model import actions
+from reqmodel.model import releases
+from reqmodel.model import scenario
 
 CITATION = re.compile(r"\b(pf|dc|sch|sb|cc|mc|ut|memc|env|bc)\b[ \w/]*\d+[:/-]\d+|\b(pf|dc|sch|sb|cc|mc|ut|memc|env|bc) \d+(/\d+)+")
 

@@ -11,7 +11,8 @@ import functools
 
 import pytest
 
-from reqmodel import conform, releases
+from reqmodel import conform
+from reqmodel.model import releases
 from reqmodel.conform import cases as cases_mod
 
 pytestmark = pytest.mark.conformance

@@ -3,7 +3,12 @@ import pathlib
 
 import pytest
 
-from reqmodel import explore, itf, mutants, properties, releases, scenario
+from reqmodel.engines import exhaustive as explore
+from reqmodel.traces import itf
+from reqmodel.proposals import mutants
+from reqmodel.model import properties
+from reqmodel.model import releases
+from reqmodel.model import scenario
 
 CORPUS = sorted((pathlib.Path(__file__).parent.parent / "counterexamples").glob("*/*.itf.json"))
 

@@ -4,8 +4,13 @@ import random
 import networkx as nx
 import pytest
 
-from reqmodel import actions, explore, properties, releases, scenario, symmetry
-from reqmodel.scenario import from_dict
+from reqmodel.model import actions
+from reqmodel.engines import exhaustive as explore
+from reqmodel.model import properties
+from reqmodel.model import releases
+from reqmodel.model import scenario
+from reqmodel.engines import symmetry
+from reqmodel.model.scenario import from_dict
 
 SYMMETRIC = from_dict({
     "name": "twins", "prompt_pages": [2, 2],

@@ -7,8 +7,12 @@ import sys
 
 import pytest
 
-from reqmodel import guardcheck, guards, properties, proposal, scenario
-from reqmodel.state import DecodeReq, MetaSlot, PrefillReq
+from reqmodel.proposals import guard_check as guardcheck
+from reqmodel.model import guards
+from reqmodel.model import properties
+from reqmodel.proposals import proposal
+from reqmodel.model import scenario
+from reqmodel.model.state import DecodeReq, MetaSlot, PrefillReq
 
 ROOT = pathlib.Path(__file__).parent.parent
 EX = ROOT / "notes" / "examples"

@@ -1,8 +1,12 @@
 """The Hypothesis engine's own machinery: run schedules and minimisation."""
 import random
 
-from reqmodel import explore, hypo, properties, releases, scenario
-from reqmodel.actions import Ctx, Step
+from reqmodel.engines import exhaustive as explore
+from reqmodel.engines.hypothesis import engine as hypo
+from reqmodel.model import properties
+from reqmodel.model import releases
+from reqmodel.model import scenario
+from reqmodel.model.actions import Ctx, Step
 
 INCIDENT = scenario.builtin("incident")
 CTX19 = Ctx(release=releases.get("0.5.19"), scenario=INCIDENT)
@@ -120,7 +124,7 @@ def test_the_rule_strategy_draws_exactly_the_rules_whose_precondition_holds():
     rule's precondition; on random runs of every built-in scenario the two
     name the same rules at every step (and the machine's actions all have a
     rule)."""
-    from reqmodel.actions import ACTIONS
+    from reqmodel.model.actions import ACTIONS
     rnd = random.Random(4)
     for name in scenario.builtin_names():
         sc = scenario.builtin(name)

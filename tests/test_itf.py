@@ -3,7 +3,11 @@ import json
 
 import pytest
 
-from reqmodel import explore, itf, properties, releases, scenario
+from reqmodel.engines import exhaustive as explore
+from reqmodel.traces import itf
+from reqmodel.model import properties
+from reqmodel.model import releases
+from reqmodel.model import scenario
 
 
 @pytest.fixture(scope="module")

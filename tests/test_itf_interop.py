@@ -7,7 +7,7 @@ import pytest
 
 itf_py = pytest.importorskip("itf_py")
 
-from reqmodel import replay
+from reqmodel.traces import replay
 
 CORPUS = sorted((pathlib.Path(__file__).parent.parent / "counterexamples").glob("*/*.itf.json"))
 

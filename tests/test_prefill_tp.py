@@ -11,10 +11,15 @@ import json
 import attrs
 import pytest
 
-from reqmodel import actions, explore, itf, properties, releases, scenario
-from reqmodel.actions import Ctx, Step, apply, initial_state
-from reqmodel.scenario import ScenarioError, from_dict
-from reqmodel.state import DStage, KVPoll, Msg, Page
+from reqmodel.model import actions
+from reqmodel.engines import exhaustive as explore
+from reqmodel.traces import itf
+from reqmodel.model import properties
+from reqmodel.model import releases
+from reqmodel.model import scenario
+from reqmodel.model.actions import Ctx, Step, apply, initial_state
+from reqmodel.model.scenario import ScenarioError, from_dict
+from reqmodel.model.state import DStage, KVPoll, Msg, Page
 
 PREFILL_TP = scenario.builtin("prefill-tp")
 FAILURE = scenario.builtin("prefill-tp-failure")

@@ -119,7 +119,7 @@ CORPUS = sorted((ROOT / "counterexamples").glob("*/*.itf.json"))
 def test_show_and_replay_work_on_the_whole_corpus():
     """In-process (one subprocess per file would take minutes)."""
     from click.testing import CliRunner
-    from reqmodel.cli import cli
+    from reqmodel.cli.commands import cli
     runner = CliRunner()
     for path in CORPUS:
         for fmt in ("table", "markdown", "mermaid", "dot"):

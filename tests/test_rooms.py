@@ -11,10 +11,14 @@ import pathlib
 import attrs
 import pytest
 
-from reqmodel import actions, explore, properties, releases, scenario
-from reqmodel.actions import Ctx, Step, apply, initial_state
-from reqmodel.scenario import ScenarioError, from_dict
-from reqmodel.state import KVPoll, Msg, PStage
+from reqmodel.model import actions
+from reqmodel.engines import exhaustive as explore
+from reqmodel.model import properties
+from reqmodel.model import releases
+from reqmodel.model import scenario
+from reqmodel.model.actions import Ctx, Step, apply, initial_state
+from reqmodel.model.scenario import ScenarioError, from_dict
+from reqmodel.model.state import KVPoll, Msg, PStage
 
 ROOM_REUSE = scenario.builtin("room-reuse")
 ACK = properties.CATALOG["ack-belongs-to-its-hold"]

@@ -1,8 +1,8 @@
 """Scenario loading: built-ins, TOML files, and one-line refusals."""
 import pytest
 
-from reqmodel import scenario
-from reqmodel.scenario import ScenarioError
+from reqmodel.model import scenario
+from reqmodel.model.scenario import ScenarioError
 
 
 def write(tmp_path, text):
@@ -160,7 +160,7 @@ def test_a_release_with_a_host_capable_backend_is_not_modelled(tmp_path, monkeyp
     backend accepted host destinations would make the mode reachable, and the
     loader then says the model does not have it, instead of the reason above."""
     import attrs
-    from reqmodel import releases
+    from reqmodel.model import releases
     capable = attrs.evolve(releases.R0523, name="next", host_destination_backends=("mooncake/conn.py:MooncakeKVManager",))
     monkeypatch.setitem(releases.RELEASES, "next", capable)
     with pytest.raises(ScenarioError, match="not modelled .needed for next"):

@@ -9,9 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reqmodel import guards as g
-from reqmodel import mutants, proposal, releases, scenario, symbolic
-from reqmodel.cli import main
+from reqmodel.model import guards as g
+from reqmodel.proposals import mutants
+from reqmodel.proposals import proposal
+from reqmodel.model import releases
+from reqmodel.model import scenario
+from reqmodel.engines.z3 import guard_diff as symbolic
+from reqmodel.cli.commands import main
 
 
 def implementations():
@@ -171,7 +175,7 @@ def test_guard_diff_cli_bad_input(capsys, tmp_path):
 
 
 EQUIVALENT_DOOR = '''"""#38935's prefill door written out by hand."""
-from reqmodel.proposal import is_aborted
+from reqmodel.proposals import is_aborted
 base = "0.5.21"
 
 

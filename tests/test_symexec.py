@@ -4,9 +4,13 @@ import collections
 
 import pytest
 
-from reqmodel import bmc, explore, properties, releases, scenario
-from reqmodel import symexec as sx
-from reqmodel.actions import Ctx, Step, successors
+from reqmodel.engines.z3 import bmc
+from reqmodel.engines import exhaustive as explore
+from reqmodel.model import properties
+from reqmodel.model import releases
+from reqmodel.model import scenario
+from reqmodel.engines.z3 import action_paths as sx
+from reqmodel.model.actions import Ctx, Step, successors
 
 SAFETY = [p for p in properties.CATALOG.values() if p.kind == "always"]
 
@@ -78,7 +82,7 @@ def test_a_path_reads_only_what_the_action_looks_at():
     rel, scen = releases.get("0.5.21"), scenario.builtin("incident")
     ctx = Ctx(rel, scen)
     lay = sx.Layout.of(ctx, 4)
-    from reqmodel.actions import BY_NAME, initial_state
+    from reqmodel.model.actions import BY_NAME, initial_state
     (c,) = sx.learn(lay, lay.values(initial_state(scen)), BY_NAME["p_intake"], 0)
     read = {k for k, _ in c.cond}
     assert ("p", 0, "stage") in read
@@ -137,7 +141,7 @@ def test_an_unlearned_path_is_not_taken_as_absent():
     relation only as learned on the initial state, Z3 finds no 12-step
     violation (the intake steps are all it knows).  The engine refines until
     every state within the depth has all its paths learned, and then finds it."""
-    from reqmodel.actions import initial_state
+    from reqmodel.model.actions import initial_state
     rel, scen = releases.get("0.5.19"), scenario.builtin("both-reject")
     p = properties.CATALOG["rejected-never-succeeds"]
     lay = sx.Layout.of(Ctx(rel, scen), 8)

@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-from reqmodel import properties
+from reqmodel.model import properties
 
 TABLE = Path(__file__).resolve().parent.parent / "properties" / "verdict_table.py"
 SOMETIMES = {p.name for p in properties.CATALOG.values() if p.kind == "sometimes"}

@@ -2,8 +2,10 @@
 property) as Markdown for notes/verdicts.md, from one exhaustive run."""
 import sys
 
-from reqmodel import properties, releases, scenario
-from reqmodel.check import run
+from reqmodel.model import properties
+from reqmodel.model import releases
+from reqmodel.model import scenario
+from reqmodel.engines.check import run
 
 SHORT = {"holds": "H", "violated": "F", "not-applicable": "n/a"}
 

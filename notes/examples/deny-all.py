@@ -1,6 +1,6 @@
 """A door that refuses everyone: no leak can happen, and no request is served.
 The reachability properties must report it broken."""
-from reqmodel.proposal import RETIRE_CLEANUP_FULL
+from reqmodel.proposals import RETIRE_CLEANUP_FULL
 
 base = "0.5.21"
 retire_cleanup = RETIRE_CLEANUP_FULL

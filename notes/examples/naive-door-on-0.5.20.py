@@ -3,7 +3,7 @@
 The write-up warns against exactly this: a re-entering request (retracted,
 preempted, holding KV or a host backup) can carry a pending abort too, and
 its queue owns the release of what it still holds."""
-from reqmodel.proposal import RETIRE_CLEANUP_FULL, is_aborted
+from reqmodel.proposals import RETIRE_CLEANUP_FULL, is_aborted
 
 base = "0.5.20"
 retire_cleanup = RETIRE_CLEANUP_FULL

@@ -1,6 +1,6 @@
 """#38704's idea on 0.5.19: decode refuses to commit a transfer that does not
 cover the range it reserved (the aux would carry the length prefill sent)."""
-from reqmodel.proposal import FINISH_ABORT
+from reqmodel.proposals import FINISH_ABORT
 
 base = "0.5.19"
 

@@ -1,5 +1,5 @@
 """#38935 on 0.5.20: retire intake rejects that own nothing at both doors."""
-from reqmodel.proposal import RETIRE_CLEANUP_FULL, is_unadmitted_reject
+from reqmodel.proposals import RETIRE_CLEANUP_FULL, is_unadmitted_reject
 
 base = "0.5.20"
 retire_cleanup = RETIRE_CLEANUP_FULL  # what Scheduler.retire_unadmitted_request runs

@@ -20,7 +20,7 @@ from typing import Callable, List, Sequence
 
 import attrs
 
-from ..releases import Release
+from reqmodel.model.releases import Release
 
 HERE = pathlib.Path(__file__).parent
 REQUIREMENTS = HERE / "requirements.txt"
@@ -141,7 +141,7 @@ def drive(root: pathlib.Path, release: str, worker_cases: List[dict]) -> dict:
 
 
 def compare(cases, answer: dict) -> List[Mismatch]:
-    from .cases import pages
+    from reqmodel.conform.cases import pages
     out = []
     for case, real in zip(cases, answer["observations"]):
         model = json.loads(case.expect)
@@ -155,7 +155,7 @@ def compare(cases, answer: dict) -> List[Mismatch]:
 
 def run(root: pathlib.Path, release: Release, model_release: Release,
         target: int = 1000) -> Outcome:
-    from . import cases as cases_mod
+    from reqmodel.conform import cases as cases_mod
     require(root, release.name)  # before the model spends a minute on cases
     t0 = time.perf_counter()
     cases = cases_mod.model_cases(model_release, target)

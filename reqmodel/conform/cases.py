@@ -22,11 +22,13 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import attrs
 
-from .. import actions, explore, scenario as scenario_mod
-from ..actions import BY_NAME, Ctx
-from ..releases import Release
-from ..scenario import Scenario
-from ..state import DStage, KVPoll, PStage, State
+from reqmodel.model import actions
+from reqmodel.engines import exhaustive as explore
+from reqmodel.model import scenario as scenario_mod
+from reqmodel.model.actions import BY_NAME, Ctx
+from reqmodel.model.releases import Release
+from reqmodel.model.scenario import Scenario
+from reqmodel.model.state import DStage, KVPoll, PStage, State
 
 PAGE = 16
 # model action -> seam driven in the real code (adapter.SEAMS)
@@ -241,7 +243,7 @@ def from_drawn(release: Release, target: int, collector: Optional[Collector] = N
     distinct cases are collected (derandomized: the same cases every run)."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
-    from .. import hypo
+    from reqmodel.engines.hypothesis import engine as hypo
 
     col = collector or Collector(release)
 

@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import attrs
 
-from . import releases
+from reqmodel.model import releases
 
 
 class ScenarioError(ValueError):

@@ -13,9 +13,9 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import attrs
 
-from .actions import BY_NAME, Event, Step
-from .properties import CATALOG
-from .state import Finish, KVPoll, Msg, State
+from reqmodel.model.actions import BY_NAME, Event, Step
+from reqmodel.model.properties import CATALOG
+from reqmodel.model.state import Finish, KVPoll, Msg, State
 
 LANES = {"client": "Client", "prefill": "Prefill", "transfer": "Transfer", "decode": "Decode"}
 LANE_IDS = {"client": "C", "prefill": "P", "transfer": "X", "decode": "D"}

@@ -26,12 +26,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import attrs
 import z3
 
-from . import symexec as sx
-from .actions import Ctx, apply, initial_state
-from .explore import Trace
-from .properties import Property
-from .releases import Release
-from .scenario import Scenario
+from reqmodel.engines.z3 import action_paths as sx
+from reqmodel.model.actions import Ctx, apply, initial_state
+from reqmodel.engines.exhaustive import Trace
+from reqmodel.model.properties import Property
+from reqmodel.model.releases import Release
+from reqmodel.model.scenario import Scenario
 
 
 W = 16  # bits of a slot's value code and of a step's clause selector

@@ -15,20 +15,20 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from . import properties as props_mod
-from . import releases as rel_mod
-from . import scenario as sc_mod
-from .check import run
-from .explore import BoundExceeded, DEFAULT_MAX_STATES
-from .itf import TraceFileError
+from reqmodel.model import properties as props_mod
+from reqmodel.model import releases as rel_mod
+from reqmodel.model import scenario as sc_mod
+from reqmodel.engines.check import run
+from reqmodel.engines.exhaustive import BoundExceeded, DEFAULT_MAX_STATES
+from reqmodel.traces.itf import TraceFileError
 
 
 class UserError(Exception):
     """An error to report in one line with exit status 2."""
 
 
-from .proposal import ProposalError  # noqa: E402
-from .conform import ConformError  # noqa: E402
+from reqmodel.proposals.proposal import ProposalError  # noqa: E402
+from reqmodel.conform import ConformError  # noqa: E402
 
 _USER_ERRORS = (UserError, sc_mod.ScenarioError, rel_mod.ReleaseError,
                 props_mod.PropertyError, TraceFileError, BoundExceeded, ProposalError,
@@ -149,12 +149,13 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
                           f"{ex.seconds:.2f} s[/]")
 
     if engine == "hypothesis":
-        from .check import run_hypothesis
+        from reqmodel.engines.check import run_hypothesis
         results = run_hypothesis(releases, scenarios, props, pathlib.Path(out), hprofile,
                                  progress=progress, write_witnesses=witnesses)
     elif engine == "z3":
-        from . import bmc, symexec
-        from .check import run_z3
+        from reqmodel.engines.z3 import bmc
+        from reqmodel.engines.z3 import action_paths as symexec
+        from reqmodel.engines.check import run_z3
         try:
             results = run_z3(releases, scenarios, props, pathlib.Path(out), depth, max_net,
                              progress=progress, write_witnesses=witnesses, seconds=z3_seconds)
@@ -215,7 +216,7 @@ def replay_cmd(trace_file, release, guards, as_json) -> None:
     property is still violated on what replayed.  This is how a fix is shown
     to remove a counterexample.
     """
-    from . import replay as rp
+    from reqmodel.traces import replay as rp
     if release and guards:
         raise UserError("give --release or --guards, not both")
     loaded = rp.load(trace_file, release, guards)
@@ -246,8 +247,8 @@ def replay_cmd(trace_file, release, guards, as_json) -> None:
 def show_cmd(trace_file, fmt, guards) -> None:
     """Render a trace for people: a step table, Markdown for an issue, a
     Mermaid sequence diagram, or DOT."""
-    from . import render
-    from . import replay as rp
+    from reqmodel.traces import render
+    from reqmodel.traces import replay as rp
     loaded = rp.load(trace_file, guards=guards)
     out = rp.run(loaded)
     if out.first_disabled_step is not None:
@@ -327,7 +328,8 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, depth
     """Run the whole property catalog on the base release and on PROPOSAL_FILE,
     on every built-in scenario (or those given), and report what it fixes,
     breaks and costs."""
-    from . import guardcheck, proposal
+    from reqmodel.proposals import guard_check as guardcheck
+    from reqmodel.proposals import proposal
     if engine != "z3" and depth is not None:
         raise UserError("--depth is for --engine z3")
     if engine == "z3":
@@ -343,7 +345,7 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, depth
     props = props_mod.select([])
     outdir = pathlib.Path(out) if out else pathlib.Path("reqmodel-out/guard") / prop.name
     # fast first pass: Z3 on the replaced guard points alone
-    from . import symbolic
+    from reqmodel.engines.z3 import guard_diff as symbolic
     points = [n for n in prop.replaced if n in props_mod.g.GUARD_POINTS]
     try:
         first = symbolic.diff(symbolic.Subject(prop.base.name, prop.base),
@@ -356,7 +358,8 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, depth
     pending: list = []
     rows, costs = [], {}
     if not unchanged:
-        from . import bmc, symexec
+        from reqmodel.engines.z3 import bmc
+        from reqmodel.engines.z3 import action_paths as symexec
         try:
             rows = guardcheck.compare(prop, scenarios, props, outdir, max_states=max_states,
                                       pending=pending, engine=engine, depth=depth)
@@ -433,7 +436,7 @@ def guard_diff_cmd(a, b, scenario_names, no_reach, points, max_states, as_json) 
     files) decide differently, at every guard point, and whether the
     exhaustive model reaches such a state at that point under A and under B."""
     import time
-    from . import symbolic
+    from reqmodel.engines.z3 import guard_diff as symbolic
     sa, sb = symbolic.subject(a), symbolic.subject(b)
     scenarios = None
     if not no_reach:
@@ -475,7 +478,7 @@ def guard_diff_cmd(a, b, scenario_names, no_reach, points, max_states, as_json) 
 
 
 def _point_json(p) -> dict:
-    from . import symbolic
+    from reqmodel.engines.z3 import guard_diff as symbolic
     out = {"name": p.name, "status": p.status, "a": p.a_impl, "b": p.b_impl}
     if p.status == "differs":
         out["regions"] = [
@@ -557,7 +560,7 @@ def conform_cmd(release, model_release, do_setup, root, target, as_json, show) -
     reachable state of the built-in scenarios, plus walks on drawn scenarios);
     each runs on the real code of the release, and the observable effects are
     compared with the model's prediction. Exit status 1 when any mismatch."""
-    from . import conform
+    from reqmodel import conform
     root_path = pathlib.Path(root) if root else conform.DEFAULT_DIR
     rels = rel_mod.resolve(release)
     model = rel_mod.get(model_release) if model_release else None

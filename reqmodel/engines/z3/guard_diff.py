@@ -24,9 +24,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import attrs
 import z3
 
-from . import guards as g
-from .releases import RELEASES
-from .state import ABORT_400, ABORT_500, LENGTH, Finish
+from reqmodel.model import guards as g
+from reqmodel.model.releases import RELEASES
+from reqmodel.model.state import ABORT_400, ABORT_500, LENGTH, Finish
 
 MAX_PATHS = 20_000
 
@@ -541,7 +541,7 @@ def observed(release, scenarios, max_states: int) -> Dict[str, List[Tuple[str, D
     exhaustive model makes on ``release`` in each of ``scenarios``: the
     request states that reach each guard point. The guard functions are
     wrapped to record their arguments; nothing else changes."""
-    from . import explore
+    from reqmodel.engines import exhaustive as explore
     seen: Dict[str, Dict[Tuple, Tuple[str, Dict[str, Any]]]] = {gp: {} for gp in g.GUARD_POINTS}
     current = [""]
 
@@ -581,7 +581,8 @@ class Subject:
 def subject(spec: str) -> Subject:
     """A release name, or the path of a proposal file."""
     import pathlib
-    from . import proposal, releases
+    from reqmodel.proposals import proposal
+    from reqmodel.model import releases
     if spec.endswith(".py") or pathlib.Path(spec).is_file():
         p = proposal.load(spec)
         return Subject(p.path, p.release, p.apply)

@@ -8,13 +8,13 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import attrs
 import networkx as nx
 
-from . import itf
-from .explore import DEFAULT_MAX_STATES, explore
-from .properties import Property
-from .proposal import Proposal
-from .releases import Release
-from .scenario import Scenario
-from .state import DStage, PStage, State
+from reqmodel.traces import itf
+from reqmodel.engines.exhaustive import DEFAULT_MAX_STATES, explore
+from reqmodel.model.properties import Property
+from reqmodel.proposals.proposal import Proposal
+from reqmodel.model.releases import Release
+from reqmodel.model.scenario import Scenario
+from reqmodel.model.state import DStage, PStage, State
 
 CHANGE = {("violated", "holds"): "fixed", ("holds", "violated"): "broken",
           ("violated", "violated"): "still-violated", ("holds", "holds"): "still-holds"}
@@ -35,8 +35,8 @@ def _verdicts(release: Release, sc: Scenario, props: Sequence[Property], engine:
               max_states: int, depth: Optional[int]):
     """Per property: (verdict, trace) from the chosen engine."""
     if engine == "z3":
-        from . import bmc
-        from .check import Z3_VERDICTS
+        from reqmodel.engines.z3 import bmc
+        from reqmodel.engines.check import Z3_VERDICTS
         applicable = [p for p in props if p.applies(release, sc)]
         res = bmc.run(release, sc, applicable, depth) if applicable else {}
         return {p.name: (Z3_VERDICTS[res[p.name].verdict], res[p.name].trace) if p.name in res

@@ -30,7 +30,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
-from .state import D_TO_P, Msg, Page, State, replace
+from reqmodel.model.state import D_TO_P, Msg, Page, State, replace
 
 RANKED = D_TO_P + ("ack",)  # messages whose rank field names a decode rank
 DEST = ("metadata", "write", "stray")  # messages whose pages and slot name decode's pages and slots

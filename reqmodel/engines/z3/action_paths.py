@@ -27,10 +27,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
-from . import state as st
-from .actions import ACTIONS, Action, Ctx, Event, Step, initial_state
-from .properties import Property
-from .state import DRoom, DecodeReq, MetaSlot, Msg, Page, PrefillReq, Room, State
+from reqmodel.model import state as st
+from reqmodel.model.actions import ACTIONS, Action, Ctx, Event, Step, initial_state
+from reqmodel.model.properties import Property
+from reqmodel.model.state import DRoom, DecodeReq, MetaSlot, Msg, Page, PrefillReq, Room, State
 
 NET_LEN = ("net", "len")
 PAD = ("pad",)  # the value of a message slot beyond the length

@@ -17,11 +17,11 @@ from typing import Callable, Dict, Optional, Tuple
 
 import attrs
 
-from . import guards as g
-from .actions import Ctx, Event, Step
-from .releases import Release
-from .scenario import Scenario
-from .state import DStage, KVPoll, PStage, State
+from reqmodel.model import guards as g
+from reqmodel.model.actions import Ctx, Event, Step
+from reqmodel.model.releases import Release
+from reqmodel.model.scenario import Scenario
+from reqmodel.model.state import DStage, KVPoll, PStage, State
 
 
 @attrs.frozen

@@ -39,12 +39,12 @@ from hypothesis.errors import InvalidDefinition
 from hypothesis.stateful import (RuleBasedStateMachine, RuleStrategy, invariant, precondition,
                                  rule, run_state_machine_as_test)
 
-from .actions import ACTIONS, BY_NAME, PRANK_ARG, Ctx, Step, apply, initial_state, successors
-from .explore import Trace, Verdict, replay, symmetry_classes
-from .symmetry import canonical
-from .properties import Property
-from .releases import Release
-from .scenario import (EVENT_NAMES, MAX_DECODE_RANKS, MAX_PREFILL_RANKS, MAX_REQUESTS, Events,
+from reqmodel.model.actions import ACTIONS, BY_NAME, PRANK_ARG, Ctx, Step, apply, initial_state, successors
+from reqmodel.engines.exhaustive import Trace, Verdict, replay, symmetry_classes
+from reqmodel.engines.symmetry import canonical
+from reqmodel.model.properties import Property
+from reqmodel.model.releases import Release
+from reqmodel.model.scenario import (EVENT_NAMES, MAX_DECODE_RANKS, MAX_PREFILL_RANKS, MAX_REQUESTS, Events,
                        Scenario, Worker)
 
 # --------------------------------------------------------------- profiles

@@ -15,7 +15,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 import attrs
 
-from .state import ABORT_500, LENGTH, Finish
+from reqmodel.model.state import ABORT_500, LENGTH, Finish
 
 # ---------------------------------------------------------------- predicates
 
@@ -147,7 +147,7 @@ def commit_room_check(req, slot, expected_room: int) -> Optional[Finish]:
 
 def update_status_019(current, new):
     """cc 19:365-380: create unless the new state is Failed; Failed sets; else max."""
-    from .state import KVPoll
+    from reqmodel.model.state import KVPoll
     if current is None:
         return None if new == KVPoll.Failed else new
     if new == KVPoll.Failed:
@@ -158,7 +158,7 @@ def update_status_019(current, new):
 def update_status_020(current, new):
     """cc 20:395-412 (… 23:653-680): create only for Bootstrapping/WaitingForInput;
     Failed sets and is terminal; otherwise max."""
-    from .state import KVPoll
+    from reqmodel.model.state import KVPoll
     if current is None:
         return new if new in (KVPoll.Bootstrapping, KVPoll.WaitingForInput) else None
     if new == KVPoll.Failed:

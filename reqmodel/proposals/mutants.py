@@ -11,8 +11,8 @@ from typing import Dict
 
 import attrs
 
-from . import guards as g
-from .releases import R0521, R0522, Release
+from reqmodel.model import guards as g
+from reqmodel.model.releases import R0521, R0522, Release
 
 
 def naive_prefill_door(req) -> bool:

@@ -16,7 +16,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 import attrs
 
-from . import guards as g
+from reqmodel.model import guards as g
 
 
 class ReleaseError(ValueError):

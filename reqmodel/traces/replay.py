@@ -7,9 +7,11 @@ from typing import Optional
 
 import attrs
 
-from . import itf, releases, scenario
-from .explore import replay
-from .properties import CATALOG, Property
+from reqmodel.traces import itf
+from reqmodel.model import releases
+from reqmodel.model import scenario
+from reqmodel.engines.exhaustive import replay
+from reqmodel.model.properties import CATALOG, Property
 
 
 @attrs.frozen
@@ -32,7 +34,7 @@ def load(path, release: Optional[str] = None, guards: Optional[str] = None) -> L
             raise itf.TraceFileError(f"{path}: made on proposal {guards}, which is not here; "
                                      "pass --guards FILE or --release")
     if guards is not None:
-        from . import proposal
+        from reqmodel.proposals import proposal
         prop_file = proposal.load(guards)
         rel = prop_file.release
     else:

@@ -22,12 +22,12 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 import attrs
 import networkx as nx
 
-from .actions import Ctx, Event, Step, apply, initial_state, successors
-from .properties import Property
-from .releases import Release
-from .scenario import EVENT_NAMES, Scenario
-from .state import State
-from .symmetry import canonical
+from reqmodel.model.actions import Ctx, Event, Step, apply, initial_state, successors
+from reqmodel.model.properties import Property
+from reqmodel.model.releases import Release
+from reqmodel.model.scenario import EVENT_NAMES, Scenario
+from reqmodel.model.state import State
+from reqmodel.engines.symmetry import canonical
 
 
 class BoundExceeded(RuntimeError):

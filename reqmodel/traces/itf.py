@@ -19,9 +19,9 @@ from typing import Any, Dict, List, Tuple
 
 import attrs
 
-from .actions import BY_NAME, Step
-from .scenario import Scenario
-from .state import State
+from reqmodel.model.actions import BY_NAME, Step
+from reqmodel.model.scenario import Scenario
+from reqmodel.model.state import State
 
 FORMAT = "ITF"
 FORMAT_DESCRIPTION = "https://apalache-mc.org/docs/adr/015adr-trace.html"

@@ -22,11 +22,11 @@ from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 import attrs
 
-from . import guards as g
-from .guards import is_aborted
-from .releases import Release
-from .scenario import Scenario
-from .state import (ABORT_400, ABORT_500, D_TO_P, LENGTH, DecodeReq, DRoom, DStage, Finish, KVPoll,
+from reqmodel.model import guards as g
+from reqmodel.model.guards import is_aborted
+from reqmodel.model.releases import Release
+from reqmodel.model.scenario import Scenario
+from reqmodel.model.state import (ABORT_400, ABORT_500, D_TO_P, LENGTH, DecodeReq, DRoom, DStage, Finish, KVPoll,
                     MetaSlot, Msg, Page, PrefillReq, PStage, Room, State, replace)
 
 

@@ -6,11 +6,11 @@ from typing import Iterable, List, Optional, Sequence
 
 import attrs
 
-from . import itf
-from .explore import DEFAULT_MAX_STATES, Exploration, Verdict, explore
-from .properties import Property
-from .releases import Release
-from .scenario import Scenario
+from reqmodel.traces import itf
+from reqmodel.engines.exhaustive import DEFAULT_MAX_STATES, Exploration, Verdict, explore
+from reqmodel.model.properties import Property
+from reqmodel.model.releases import Release
+from reqmodel.model.scenario import Scenario
 
 
 @attrs.frozen
@@ -90,7 +90,7 @@ def run_hypothesis(releases: Sequence[Release], scenarios: Sequence[Scenario],
                    progress=None, write_witnesses: bool = False) -> List[Result]:
     """The same table from the Hypothesis engine: a sample, not a proof; a
     `holds` here means no counterexample was found within the profile."""
-    from . import hypo
+    from reqmodel.engines.hypothesis import engine as hypo
     results: List[Result] = []
     for sc in scenarios:
         for rel in releases:
@@ -122,8 +122,8 @@ def run_z3(releases: Sequence[Release], scenarios: Sequence[Scenario], props: Se
     """The same table from bounded model checking: a violation is a shortest
     one (depths are tried in order); "holds-to-depth" means none of at most
     ``depth`` steps exists."""
-    from . import bmc
-    from .explore import Verdict
+    from reqmodel.engines.z3 import bmc
+    from reqmodel.engines.exhaustive import Verdict
     results: List[Result] = []
     for sc in scenarios:
         for rel in releases:
