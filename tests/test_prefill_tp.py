@@ -65,11 +65,11 @@ def test_decode_commits_only_once_every_prefill_rank_reported(release):
 def test_the_prefill_scheduler_sees_the_least_of_its_ranks_polls():
     ctx = Ctx(releases.get("0.5.21"), ONE)
     s = run(ctx, [Step("p_intake", 0), Step("p_door", 0)])
-    room0 = actions.room_of(ctx, s, 0, 0)
-    s = actions.set_room(ctx, s, 0, q=0, status=KVPoll.WaitingForInput)
-    assert actions.sender_poll(ctx, s, 0) == KVPoll.Bootstrapping  # rank 1 still bootstrapping
-    s = actions.set_room(ctx, s, 0, q=1, status=KVPoll.Failed)
-    assert actions.sender_poll(ctx, s, 0) == KVPoll.Failed
+    room0 = actions.kvmanager.room_of(ctx, s, 0, 0)
+    s = actions.kvmanager.set_room(ctx, s, 0, q=0, status=KVPoll.WaitingForInput)
+    assert actions.kvmanager.sender_poll(ctx, s, 0) == KVPoll.Bootstrapping  # rank 1 still bootstrapping
+    s = actions.kvmanager.set_room(ctx, s, 0, q=1, status=KVPoll.Failed)
+    assert actions.kvmanager.sender_poll(ctx, s, 0) == KVPoll.Failed
     assert room0.status == KVPoll.Bootstrapping
 
 
@@ -93,10 +93,10 @@ def test_a_one_rank_ack_count_would_free_the_hold_early():
     s = initial_state(ONE)
     s = attrs.evolve(s, d=(attrs.evolve(s.d[0], stage=DStage.HELD, held=(0,), pages=(0,)),))
     tracker = attrs.evolve(s.d_rooms[0], armed=((0, 0, 0),), acked=((0, 1, 0),))
-    s2, evs = actions.resolve_held(ctx, s, 0, tracker)
+    s2, evs = actions.decode.resolve_held(ctx, s, 0, tracker)
     assert s2.d[0].stage is DStage.HELD and not evs
     both = attrs.evolve(tracker, acked=((0, 0, 0), (0, 1, 0)))
-    s3, _ = actions.resolve_held(ctx, s, 0, both)
+    s3, _ = actions.decode.resolve_held(ctx, s, 0, both)
     assert s3.d[0].stage is DStage.GONE
 
 

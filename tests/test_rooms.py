@@ -153,7 +153,7 @@ def test_the_earlier_clear_pops_the_later_receivers_status_on_0_5_19():
 def test_a_late_status_is_dropped_only_while_no_receiver_has_the_room():
     ctx = Ctx(releases.get("0.5.22"), ROOM_REUSE)
     s = initial_state(ROOM_REUSE)
-    s = actions.send(s, Msg("status", 0, poll=KVPoll.Success))
+    s = actions.transport.send(s, Msg("status", 0, poll=KVPoll.Success))
     s = attrs.evolve(s, p=(attrs.evolve(s.p[0], answer=200, stage=PStage.GONE),) + s.p[1:],
                      d=(attrs.evolve(s.d[0], answer=500),) + s.d[1:])
     drop = actions.BY_NAME["d_drop_late_status"]
@@ -183,9 +183,9 @@ def test_a_dirty_free_metadata_slot_is_a_choice():
     s = initial_state(sc)
     slots = (attrs.evolve(s.d_slots[0], room=1), s.d_slots[1])
     s = attrs.evolve(s, d_slots=slots)
-    assert actions.slot_choices(s) == (0, 1)
+    assert actions.decode.slot_choices(s) == (0, 1)
     clean = initial_state(sc)
-    assert actions.slot_choices(clean) == (0,)
+    assert actions.decode.slot_choices(clean) == (0,)
 
 
 def test_a_third_request_of_the_room_polls_what_a_drain_ack_popped_from_0_5_21():

@@ -124,12 +124,12 @@ def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
             finished_reason=kind(post.finished_reason))
     if name == "p_inflight":
         pre, post = s.p[r], nxt.p[r]
-        poll = actions.sender_poll(ctx, s, r)
+        poll = actions.kvmanager.sender_poll(ctx, s, r)
         parked_ok = (KVPoll.WaitingForInput, KVPoll.Failed)
         if (poll not in parked_ok if pre.pending_bootstrap
                 else poll not in (KVPoll.Success, KVPoll.Failed)):
             return None
-        if pre.pending_bootstrap and (actions.room_of(ctx, s, r).prefix
+        if pre.pending_bootstrap and (actions.kvmanager.room_of(ctx, s, r).prefix
                                       or pre.sent >= pre.extend_end):
             return None  # a decode prefix hit, or nothing to send: not driven
         inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=pre.holds_metadata,
@@ -296,16 +296,16 @@ def room_cases(release: Release) -> List[Case]:
     entry the model predicts after it."""
     sc = scenario_mod.builtin(ROOM_SCENARIO)
     ctx = Ctx(release=release, scenario=sc)
-    base = actions.set_d(actions.initial_state(sc), 0, has_receiver=True, receiver_state=None,
+    base = actions.core.set_d(actions.initial_state(sc), 0, has_receiver=True, receiver_state=None,
                          stage=DStage.TRANSFER)
     name = lambda st: None if st is None else st.name  # noqa: E731
     out = []
     for prior in (None,) + tuple(KVPoll):
-        s = actions.set_d_room(ctx, base, 0, status=prior)
-        ops = [("init", {}, actions.receiver_init(ctx, s, 0)[1], None),
-               ("clear", {}, actions.d_room_of(ctx, actions.receiver_clear(ctx, s, 0), 0).status,
+        s = actions.kvmanager.set_d_room(ctx, base, 0, status=prior)
+        ops = [("init", {}, actions.kvmanager.receiver_init(ctx, s, 0)[1], None),
+               ("clear", {}, actions.kvmanager.d_room_of(ctx, actions.kvmanager.receiver_clear(ctx, s, 0), 0).status,
                 None)]
-        polled = actions.receiver_poll(ctx, s, 0)
+        polled = actions.kvmanager.receiver_poll(ctx, s, 0)
         ops.append(("poll", {}, prior, "KeyError" if polled is None else polled.name))
         for new in KVPoll:
             ops.append(("report", {"status": new.name}, release.update_status(prior, new), None))

@@ -1,0 +1,92 @@
+"""The client's abort, as each worker's scheduler handles it.
+
+Releases differ only through ``ctx.release``; docstrings cite the SGLang
+code per release (``a/b/c/d/e`` = lines in 0.5.19/20/21/22/23)."""
+from __future__ import annotations
+
+from typing import Tuple
+
+from reqmodel.model import guards as g
+from reqmodel.model.actions.core import action, Ctx, Effect, Event, set_d, set_p
+from reqmodel.model.actions.decode import d_release
+from reqmodel.model.actions.kvmanager import (all_ranks, arm_tracker, notify_abort, receiver_fail,
+                                              sender_abort)
+from reqmodel.model.actions.prefill import loop_timing
+from reqmodel.model.actions.req import p_free_metadata, p_release_kv, stream_d, stream_p
+from reqmodel.model.state import DStage, KVPoll, PStage, replace, State
+
+
+def _p_abortable(c, s, r):
+    req = s.p[r]
+    if s.aborted_by_client[r]:
+        return False
+    if req.stage is PStage.YIELDED:
+        # a yield (process_prefill_chunk) and the request's middle result are
+        # handled in the same loop iteration; aborts are read only at its top
+        return not loop_timing(c)
+    return req.stage in (PStage.BOOTSTRAP, PStage.WAITING, PStage.CHUNKED,
+                         PStage.FORWARDED, PStage.INFLIGHT)
+
+
+@action("client", guard=_p_abortable, event="client_abort")
+def p_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """``abort_request`` on P (§5.7; sch 4984/5235/5465/5476/5693 ...): method 1
+    pops a waiting request; bootstrap and inflight queues abort the sender
+    (``handle_*_failure`` follows at the next poll); a chunked request is marked
+    for ``process_pending_chunked_abort``; method 3 sets ``to_finish`` on
+    requests in the last batch."""
+    req = s.p[r]
+    s = replace(s, aborted_by_client=s.aborted_by_client[:r] + (True,) + s.aborted_by_client[r + 1:])
+    evs: Tuple[Event, ...] = ()
+    if req.stage is PStage.WAITING:  # method 1
+        if c.release.p_waiting_abort_releases_all or req.pending_bootstrap:
+            s = sender_abort(c, s, r)
+        if c.release.p_waiting_abort_releases_all:
+            s, evs = p_release_kv(s, r, unconditional=False)
+        s = set_p(p_free_metadata(s, r), r, stage=PStage.GONE, finished_reason=c.abort_status,
+                  pending_bootstrap=False if c.release.p_waiting_abort_releases_all
+                  else req.pending_bootstrap, cache_handle=False)
+        s, ev2 = stream_p(s, r, c.abort_status.status)
+        return s, evs + ev2
+    if req.stage in (PStage.BOOTSTRAP, PStage.INFLIGHT):
+        return sender_abort(c, s, r), ()
+    if req.stage is PStage.CHUNKED:
+        s = set_p(s, r, pending_chunked_abort=True)
+    if req.results_due and not g.finished(s.p[r]):  # method 3: in last_batch
+        s = set_p(s, r, to_finish=c.abort_status)
+    return s, ()
+
+
+def _d_abortable(c, s, r):
+    req = s.d[r]
+    return not req.client_aborted and req.stage in (
+        DStage.PREALLOC, DStage.TRANSFER, DStage.WAITING, DStage.RUNNING, DStage.RETRACTED)
+
+
+@action("client", guard=_d_abortable, event="client_abort")
+def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """``abort_request`` on D (§5.7): prealloc and transfer queues call
+    ``receiver.abort()`` (cc 1626/1857/2016/2552/2955: Failed, ABORT sent to P);
+    the waiting queue is method 1 (release KV); a running request gets method 3
+    (``to_finish``); the retracted queue discards the host backup."""
+    req = s.d[r]
+    s = set_d(s, r, client_aborted=True)
+    if req.stage in (DStage.PREALLOC, DStage.TRANSFER):
+        s = set_d(receiver_fail(c, s, r), r, receiver_state=KVPoll.Failed)
+        published = req.stage is DStage.TRANSFER  # init_time set: metadata sent
+        if c.release.arm_before_send:
+            return notify_abort(c, s, r, all_ranks(c), arm=published), ()
+        s = notify_abort(c, s, r, all_ranks(c), arm=False)
+        if published and c.deferred:  # sch 19:5067-5085: arm after send, a fresh set
+            for k in s.d[r].notified:
+                s = arm_tracker(c, s, r, k, 0)
+        return s, ()
+    if req.stage is DStage.WAITING:
+        s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=c.abort_status,
+                  cache_handle=False, session_slot=False)
+        return stream_d(s, r, c.abort_status.status)
+    if req.stage is DStage.RETRACTED:
+        s = set_d(s, r, stage=DStage.GONE, retraction_backup=False,
+                  finished_reason=c.abort_status, cache_handle=False, session_slot=False)
+        return stream_d(s, r, c.abort_status.status)
+    return set_d(s, r, to_finish=c.abort_status), ()

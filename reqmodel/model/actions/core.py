@@ -1,0 +1,172 @@
+"""The action vocabulary: the context, the ``@action`` registry, steps, and
+the next-state relation as the disjunction of the registered actions
+(``successors``), with ``apply`` to re-execute one recorded step."""
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
+
+import attrs
+
+from reqmodel.model.releases import Release
+from reqmodel.model.scenario import Scenario
+from reqmodel.model.state import (DecodeReq, DRoom, Finish, MetaSlot, Page, PrefillReq, replace,
+                                  Room, State)
+
+
+@attrs.frozen
+class Ctx:
+    release: Release
+    scenario: Scenario
+
+    @property
+    def deferred(self) -> bool:
+        d = self.scenario.deferred_release
+        return self.release.deferred_release_default if d is None else d
+
+    @property
+    def abort_status(self) -> Finish:
+        return Finish("abort", self.release.client_abort_status)
+
+
+@attrs.frozen(order=True)
+class Event:
+    """Something a step did that a transition property may look at.
+
+    kinds: acquire(resource) | release(resource, held) | send(last, has_metadata)
+    | requeue | door_retire(reentering) | prealloc(aborted) | read(foreign)
+    | late_effect(what) | stream(status)
+    """
+
+    kind: str
+    rid: int
+    side: str
+    info: Tuple = ()
+
+
+Effect = Tuple[State, Tuple[Event, ...]]
+
+
+@attrs.frozen
+class Action:
+    name: str
+    actor: str  # client | prefill | decode | transfer
+    guard: Callable[[Ctx, State, int], bool]
+    effect: Callable
+    choices: Optional[Callable[[Ctx, State, int], Iterable[Tuple]]] = None
+    event_flag: Optional[str] = None  # scenario.events flag that enables it
+    arg_names: Tuple[str, ...] = ()  # names of the choice's components, for traces
+    # how many trailing components a step may leave out (a one-rank scenario
+    # names no decode rank; a metadata slot is named only when it is a choice)
+    optional_args: int = 0
+
+    @property
+    def doc(self) -> str:
+        return (self.effect.__doc__ or "").strip()
+
+    def enabled(self, ctx: Ctx, s: State, rid: int) -> bool:
+        if self.event_flag and not ctx.scenario.events.on(self.event_flag, rid):
+            return False
+        return self.guard(ctx, s, rid)
+
+    def args(self, ctx: Ctx, s: State, rid: int) -> Iterable[Tuple]:
+        return self.choices(ctx, s, rid) if self.choices else ((),)
+
+
+RANK_ARG = ("rank",)  # the choice of actions that name a decode rank
+
+
+PRANK_ARG = ("prefill_rank",)  # ... that name a prefill rank (its transfer worker)
+
+
+CHANNEL_ARG = ("rank", "prefill_rank")  # ... that name a decode-prefill rank pair
+
+
+ACTIONS: List[Action] = []
+
+
+BY_NAME: Dict[str, Action] = {}
+
+
+def action(actor: str, guard: Callable, choices: Callable = None, event: str = None,
+           arg_names: Tuple[str, ...] = (), optional_args: int = 0):
+    """Register an action: ``guard(ctx, s, rid) -> bool`` first, effect below."""
+    def deco(fn):
+        names = tuple(arg_names)
+        a = Action(fn.__name__, actor, guard, fn, choices, event, names,
+                   len(names) if names in (RANK_ARG, PRANK_ARG, CHANNEL_ARG) else optional_args)
+        ACTIONS.append(a)
+        BY_NAME[a.name] = a
+        return fn
+    return deco
+
+
+def set_p(s: State, r: int, **kw) -> State:
+    return replace(s, p=s.p[:r] + (replace(s.p[r], **kw),) + s.p[r + 1:])
+
+
+def set_d(s: State, r: int, **kw) -> State:
+    return replace(s, d=s.d[:r] + (replace(s.d[r], **kw),) + s.d[r + 1:])
+
+
+def pranks(c: Ctx) -> range:
+    """The prefill ranks: one KV manager, transfer worker and page slice each."""
+    return range(c.scenario.prefill.ranks)
+
+
+def initial_state(sc: Scenario) -> State:
+    n = sc.n
+    return State(
+        p=tuple(PrefillReq() for _ in range(n)),
+        d=tuple(DecodeReq() for _ in range(n)),
+        # keyed by (room slot, prefill rank)
+        rooms=tuple(Room() for _ in range(n * sc.prefill.ranks)),
+        d_rooms=tuple(DRoom() for _ in range(n)),
+        room_slots=tuple(sc.room_slot(r) for r in range(n)) if sc.shares_rooms else (),
+        d_pages=tuple(Page(slice_writers=(None,) * (sc.prefill.ranks - 1))
+                      for _ in range(sc.decode.pool_pages)),
+        d_slots=tuple(MetaSlot() for _ in range(sc.decode.metadata_buffers)),
+        aborted_by_client=tuple(False for _ in range(n)),
+    )
+
+
+@attrs.frozen(order=True)
+class Step:
+    """A transition label: action name, request, choice."""
+
+    action: str
+    rid: int
+    arg: Tuple = ()
+
+    def __str__(self) -> str:
+        a = BY_NAME.get(self.action)
+        names = a.arg_names if a is not None else ()
+        parts = [f"r{self.rid}"]
+        for i, v in enumerate(self.arg):
+            name = names[i] if i < len(names) else f"arg{i}"
+            parts.append(f"{name}={list(v) if isinstance(v, tuple) else v}")
+        return f"{self.action}({', '.join(parts)})"
+
+
+def successors(ctx: Ctx, s: State, max_choices: Optional[int] = None
+               ) -> Iterable[Tuple[Step, State, Tuple[Event, ...]]]:
+    """Every enabled step of ``s``: the next-state relation is the disjunction
+    of the actions, over requests and choices (with ``max_choices``, only the
+    first that many choices of each action: a bounded sample)."""
+    for a in ACTIONS:
+        for r in range(ctx.scenario.n):
+            if not a.enabled(ctx, s, r):
+                continue
+            for arg in itertools.islice(a.args(ctx, s, r), max_choices):
+                nxt, evs = a.effect(ctx, s, r, arg)
+                yield Step(a.name, r, arg), nxt, evs
+
+
+def apply(ctx: Ctx, s: State, step: Step) -> Optional[Tuple[State, Tuple[Event, ...]]]:
+    """Re-execute one recorded step, or None when its guard is not enabled."""
+    a = BY_NAME.get(step.action)
+    if a is None or not 0 <= step.rid < ctx.scenario.n or not a.enabled(ctx, s, step.rid):
+        return None
+    if a.choices is not None and tuple(step.arg) not in {tuple(x) for x in a.args(ctx, s, step.rid)}:
+        return None
+    return a.effect(ctx, s, step.rid, tuple(step.arg))

@@ -1,0 +1,512 @@
+"""The decode worker's scheduler: the door (``DecodePreallocQueue.add``),
+preallocation, the transfer queue's polls and commit, attention, the answer,
+retraction and pause, and the deferred release of failed requests' pages.
+
+Releases differ only through ``ctx.release``; docstrings cite the SGLang
+code per release (``a/b/c/d/e`` = lines in 0.5.19/20/21/22/23)."""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Optional, Tuple
+
+from reqmodel.model.actions.core import action, Ctx, Effect, Event, PRANK_ARG, set_d
+from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, notify_abort, receiver_clear,
+                                              receiver_fail, receiver_init, receiver_poll, room_id,
+                                              set_d_room)
+from reqmodel.model.actions.req import run_retire_cleanup, stream_d, validate_intake
+from reqmodel.model.actions.transport import (channels, consume, own_msg, own_ranks, prank_args,
+                                              prank_of, rank_msgs, send)
+from reqmodel.model.guards import is_aborted
+from reqmodel.model.state import (ABORT_400, ABORT_500, DecodeReq, DRoom, DStage, KVPoll, LENGTH,
+                                  MetaSlot, Msg, PrefillReq, PStage, replace, State)
+
+
+def _at_d_door(c, s, r):
+    return s.d[r].stage is DStage.DOOR
+
+
+@action("decode", guard=_at_d_door)
+def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """D1 ``DecodePreallocQueue.add`` (dc 617/640/734/784/808): the release's
+    ``decode_door`` guard point with the caller's ``is_retracted`` flag, then
+    ``_check_if_req_exceed_kv_capacity`` on D's pool, then the retracted queue
+    or a new receiver whose ``init()`` reaches WaitingForInput whatever P
+    decided (cc 19:1366-1418)."""
+    req = s.d[r]
+    rel = c.release
+    is_retracted = req.door_flag == "retracted"
+    is_rebootstrap = req.door_flag == "rebootstrap"
+    if rel.decode_door(req, is_retracted, is_rebootstrap):
+        reentering = (is_retracted or is_rebootstrap or req.is_retracted or req.holds_kv
+                      or req.retraction_backup)
+        s = set_d(s, r, stage=DStage.GONE, door_flag=None,
+                  **run_retire_cleanup(c, req, rel.retire_cleanup))
+        evs = (Event("door_retire", r, "decode", (reentering,)),)
+        if "stream" in rel.retire_cleanup:
+            s, ev2 = stream_d(s, r, (s.d[r].finished_reason or ABORT_400).status)
+            evs += ev2
+        return s, evs
+    if req.origin_pages > c.scenario.decode.pool_pages:
+        s = set_d(s, r, stage=DStage.GONE, finished_reason=ABORT_400, door_flag=None)
+        return stream_d(s, r, 400)
+    if is_retracted:
+        return set_d(s, r, stage=DStage.RETRACTED, door_flag=None), ()
+    s, polled = receiver_init(c, s, r)
+    latched = polled if polled in (KVPoll.Failed, KVPoll.Success) else KVPoll.WaitingForInput
+    s = set_d(s, r, stage=DStage.PREALLOC, has_receiver=True,
+              receiver_state=latched, notified=(), held=())
+    return s, (Event("acquire", r, "decode", ("receiver",)),)
+
+
+def _prealloc_drop(c, s, r):
+    req = s.d[r]
+    return req.stage is DStage.PREALLOC and (
+        c.release.prealloc_scan(req) or receiver_poll(c, s, r) == KVPoll.Failed)
+
+
+@action("decode", guard=_prealloc_drop)
+def d_prealloc_drop(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """D2 ``pop_preallocated`` first loop (dc 1141/1157/1293/1365/1395): an entry
+    the ``prealloc_scan`` guard point drops, or whose receiver polled Failed
+    (``prepare_abort``), is streamed and its receiver cleared."""
+    req = s.d[r]
+    reason = req.finished_reason if (req.finished_reason and req.finished_reason.is_abort) else ABORT_500
+    s = set_d(receiver_clear(c, s, r), r, stage=DStage.GONE, finished_reason=reason,
+              has_receiver=False, cache_handle=False, session_slot=False)
+    return stream_d(s, r, reason.status)
+
+
+def page_choices(s: State, need: int) -> Iterable[Tuple[int, ...]]:
+    """Every way to take ``need`` free pages, one representative per ordered
+    sequence of page *signatures*: free pages with the same last writer that
+    no stale destination or in-flight metadata names are indistinguishable."""
+    free = s.free_d_pages()
+    if len(free) < need:
+        return ()
+    refs: Dict[int, list] = {p: [] for p in free}
+    for r, room in enumerate(s.rooms):
+        for i, p in enumerate(room.dst or ()):
+            if p in refs:
+                refs[p].append(("dst", r, i))
+    for m in s.net:
+        if m.kind == "metadata":
+            for i, p in enumerate(m.pages):
+                if p in refs:
+                    refs[p].append(("msg", m.rid, i))
+    classes: Dict[Tuple, List[int]] = {}
+    for p in free:
+        classes.setdefault((tuple((w is None, w or 0) for w in s.d_pages[p].writers),
+                            tuple(refs[p])), []).append(p)
+    keys = sorted(classes)
+
+    def build(prefix: Tuple[int, ...], used: Dict[Tuple, int]):
+        if len(prefix) == need:
+            yield prefix
+            return
+        for k in keys:
+            i = used.get(k, 0)
+            if i < len(classes[k]):
+                used[k] = i + 1
+                yield from build(prefix + (classes[k][i],), used)
+                used[k] = i
+    # lazy: the count grows factorially with distinct page classes, and the
+    # Hypothesis engine samples from a bounded prefix of it
+    return build((), {})
+
+
+def slot_choices(s: State) -> Tuple[int, ...]:
+    """One free metadata slot per class of indistinguishable ones.  Decode's
+    allocator hands out slots in the order they were freed (a deque,
+    ``ReqToMetadataIdxAllocator`` ut 19:270-290) and nothing resets a slot at
+    allocation, so a slot a late aux write dirtied after its free is handed
+    out as it is; the model lets any free slot come next."""
+    free = [i for i, sl in enumerate(s.d_slots) if sl.owner is None]
+    refs: Dict[int, list] = {i: [] for i in free}
+    for r, room in enumerate(s.rooms):
+        if room.dst_slot in refs:
+            refs[room.dst_slot].append(("dst", r))
+    for m in s.net:
+        if m.kind == "metadata" and m.slot in refs:
+            refs[m.slot].append(("msg", m.rid, m.rank))
+    seen: Dict[Tuple, int] = {}
+    for i in free:
+        sl = s.d_slots[i]
+        seen.setdefault((repr((sl.room, sl.checksum, sl.covered_pages)), tuple(refs[i])), i)
+    return tuple(sorted(seen.values()))
+
+
+def _prealloc_need(c: Ctx, req: DecodeReq, prefix: int) -> int:
+    return req.origin_pages - prefix
+
+
+def _prealloc_choices(c, s, r):
+    req = s.d[r]
+    prefixes = (0, 1) if _radix_hit_possible(c, req) else (0,)
+    slots = slot_choices(s)
+    for prefix in prefixes:
+        for pages in page_choices(s, _prealloc_need(c, req, prefix)):
+            if len(slots) == 1:  # the usual case: the slot is no choice
+                yield (prefix, pages)
+            else:
+                for slot in slots:
+                    yield (prefix, pages, slot)
+
+
+def _can_prealloc(c, s, r):
+    req = s.d[r]
+    return (req.stage is DStage.PREALLOC and not _prealloc_drop(c, s, r)
+            and receiver_poll(c, s, r) == KVPoll.WaitingForInput and bool(slot_choices(s))
+            and len(s.free_d_pages()) >= _prealloc_need(c, req, 1 if _radix_hit_possible(c, req)
+                                                        else 0))
+
+
+def _radix_hit_possible(c: Ctx, req: DecodeReq) -> bool:
+    """A decode prefix hit needs the decode radix cache, which a rebootstrap
+    never uses (dc 21:1400-1403)."""
+    return c.scenario.decode.radix_cache and req.origin_pages >= 2 and not req.rebootstrap
+
+
+@action("decode", guard=_can_prealloc, choices=_prealloc_choices,
+        arg_names=("prefix", "pages", "slot"), optional_args=1)
+def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """D2 ``pop_preallocated`` (dc 1080/1096/1231/1303/1333): ``_pre_alloc``
+    (dc 1755/1811/2060/2166/2237) for D's own ``len(origin_input_ids)``, a D
+    metadata slot, then ``send_metadata(pages, slot, decode_prefix_len)``
+    (dc 1518/1566/1742/1805/1863).  From here P may write those pages.  The
+    slot keeps whatever its rows hold (only a free resets them)."""
+    prefix, chosen = arg[:2]
+    req = s.d[r]
+    slot = arg[2] if len(arg) > 2 else slot_choices(s)[0]
+    pages = list(s.d_pages)
+    for pg in chosen:
+        pages[pg] = replace(pages[pg], owner=r)
+    slots = list(s.d_slots)
+    slots[slot] = replace(slots[slot], owner=r)
+    s = replace(s, d_pages=tuple(pages), d_slots=tuple(slots))
+    s = set_d(s, r, stage=DStage.TRANSFER, pages=tuple(chosen), prefix_pages=prefix,
+              meta_slot=slot)
+    for k, q in channels(c):  # to every prefill rank the receiver bootstraps from
+        s = send(s, Msg("metadata", r, pages=tuple(chosen), slot=slot, checksum=(prefix,),
+                        rank=k, prank=q))
+    if req.rebootstrap:  # submit_prefill_recompute (dc 21:1748-1752)
+        s = send(s, Msg("recompute", r))
+    return s, (Event("prealloc", r, "decode", (is_aborted(req),)),
+               Event("acquire", r, "decode", ("kv",)))
+
+
+def clear_checksum(c: Ctx, slot: MetaSlot) -> Optional[Tuple]:
+    """The checksum row a freed metadata slot keeps: 0.5.21/0.5.22 leave the last
+    owner's (only ``bootstrap_room[idx] = 0``), 0.5.23's ``clear_slot`` zeroes it
+    (ut 23:517-522)."""
+    return None if c.release.clear_slot_resets_checksum else slot.checksum
+
+
+def d_release(c: Ctx, s: State, r: int) -> State:
+    """Free the request's D pages and metadata slot (``release_kv_cache`` on D and
+    the slot reset; ``_do_release`` dc 2390/2477/2791/2909/3018 for held ones).
+    The reset zeroes ``bootstrap_room[idx]`` and, from 0.5.23, the checksum row
+    (``clear_slot``, dc 23:2987/3024)."""
+    req = s.d[r]
+    pages = list(s.d_pages)
+    for pg in req.pages:
+        pages[pg] = replace(pages[pg], owner=None)
+    slots = list(s.d_slots)
+    if req.meta_slot >= 0:
+        slot = slots[req.meta_slot]
+        slots[req.meta_slot] = replace(slot, owner=None, room=0, checksum=clear_checksum(c, slot))
+    s = replace(s, d_pages=tuple(pages), d_slots=tuple(slots))
+    if req.has_receiver:
+        s = receiver_clear(c, s, r)
+    return set_d(s, r, pages=(), meta_slot=-1, has_receiver=False)
+
+
+def _transferred_ready(c, s, r):
+    req = s.d[r]
+    polled = receiver_poll(c, s, r)
+    return req.stage is DStage.TRANSFER and polled is not None and (
+        bool(s.room_msgs("status", r)) or polled == KVPoll.Failed)
+
+
+def _report_choices(c, s, r):
+    """Prefill ranks with a status report on r's room in flight: reports of
+    different ranks arrive in any order."""
+    ranks = sorted({m.prank for m in s.room_msgs("status", r)})
+    return prank_args(c, ranks) if ranks else ((),)
+
+
+@action("decode", guard=_transferred_ready, choices=_report_choices, arg_names=PRANK_ARG)
+def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """D3 ``pop_transferred`` (dc 2245/2331/2616/2728/2833).  Success: the
+    ``commit_check`` guard point on the slot's room (``_commit_transfer_to_req``),
+    then the waiting queue and the slot freed.  Failed: ``prepare_abort(500)``,
+    stream, then release now or hold until the drain ack (§5.5)."""
+    req = s.d[r]
+    status = rank_msgs(s, "status", r, prank_of(arg))
+    if status:
+        # decode's KV manager thread applies the report to request_status[room]
+        # (mc 19:2188-2206, cc 20:569-614 ... 23:930-975): a Success counts in
+        # the room's prefill_response_tracker if the room is tracked, and sets
+        # Success once every prefill rank is in it; Failed never re-creates one
+        s = consume(s, status[0])
+        if status[0].poll == KVPoll.Success:
+            t = d_room_of(c, s, r)
+            if t.status is not None:
+                q = status[0].prank
+                responded = tuple(sorted({x for x in t.responded if x[0] != q}
+                                         | {(q, status[0].rid)}))
+                s = set_d_room(c, s, r, responded=responded)
+                if len(responded) >= c.scenario.prefill.ranks:
+                    s = set_d_room(c, s, r, status=c.release.update_status(t.status, KVPoll.Success))
+        else:
+            s = receiver_fail(c, s, r)
+    poll = receiver_poll(c, s, r)
+    if poll is not None and poll not in (KVPoll.Success, KVPoll.Failed):
+        return s, ()  # not every prefill rank has reported yet
+    if poll == KVPoll.Success:
+        counted = d_room_of(c, s, r).responded
+        slot = s.d_slots[req.meta_slot]
+        refused = c.release.commit_check(req, slot, room_id(c, r))
+        if refused is None:
+            expected = slot.checksum if (c.release.checksum and c.scenario.decode.kv_checksum) else None
+            if c.release.checksum == "suffix" and not c.scenario.layouts_match:
+                expected = None  # 0.5.23 skips on a layout-signature mismatch
+            slots = list(s.d_slots)
+            slots[req.meta_slot] = MetaSlot(owner=None, room=0, checksum=clear_checksum(c, slot),
+                                            covered_pages=0)
+            s = replace(s, d_slots=tuple(slots))
+            s = set_d(receiver_clear(c, s, r), r, stage=DStage.WAITING, meta_slot=-1,
+                      expected_checksum=expected, has_receiver=False, is_retracted=False,
+                      rebootstrap=False)
+            # info: the room the commit check compared against, and (history)
+            # the (prefill rank, request) of each Success report counted, and
+            # how many prefill ranks must report
+            return s, (Event("commit", r, "decode",
+                             (room_id(c, r), counted, c.scenario.prefill.ranks)),)
+        s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=refused,
+                  cache_handle=False, session_slot=False)
+        return stream_d(s, r, refused.status)
+    s = set_d(receiver_fail(c, s, r), r, finished_reason=ABORT_500, receiver_state=KVPoll.Failed)
+    s, evs = stream_d(s, r, 500)
+    holders: Tuple[int, ...] = ()
+    if c.deferred:
+        if c.release.hold_unnotified:  # ensure_abort_notified(force_arm=True) (dc 21:2692)
+            s = notify_abort(c, s, r, all_ranks(c), arm=True)
+            holders = all_ranks(c)
+        else:  # 0.5.19/0.5.20: only a rank that notified P holds (dc 19:2305-2318)
+            holders = s.d[r].notified
+    if not holders:
+        s = set_d(d_release(c, s, r), r, stage=DStage.GONE, cache_handle=False, session_slot=False)
+        return s, evs
+    if len(holders) < c.scenario.decode.ranks:  # the other ranks release now
+        evs += (Event("rank_release", r, "decode", tuple(k for k in all_ranks(c) if k not in holders)),)
+    s = set_d(s, r, stage=DStage.HELD, held=holders)
+    s, ev2 = resolve_held(c, s, r)
+    return s, evs + ev2
+
+
+def _late_status(c, s, r):
+    sc = c.scenario
+    if not sc.shares_rooms or not s.msgs("status", r):
+        return False
+    users = sc.room_users(r)
+    if any(s.d[u].has_receiver for u in users):
+        return False
+    # only a later user of the room could still take it: elsewhere the message
+    # is inert, and leaving it in flight merges states (notes/design.md)
+    return any(s.d[u].stage in (DStage.ABSENT, DStage.DOOR) for u in users)
+
+
+@action("decode", guard=_late_status,
+        choices=lambda c, s, r: prank_args(c, own_ranks(s, "status", r)),
+        arg_names=PRANK_ARG)
+def d_drop_late_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """Decode's KV manager drops a prefill status for a room it no longer
+    tracks (``apply_prefill_status``: "Dropping late status for cleared room",
+    cc 20:578-583, 23:930-935; 0.5.19 checks ``request_status`` before counting
+    a Success and never resurrects a room with Failed, mc 19:2188-2206,
+    cc 19:365-373).  Once a later request of the room has its receiver, the
+    same message counts as that request's."""
+    q = prank_of(arg)
+    return consume(s, own_msg(s, "status", r, q)), (Event("status_dropped", r, "decode", ()),)
+
+
+def _status_popped(c, s, r):
+    req = s.d[r]
+    return (req.stage in (DStage.PREALLOC, DStage.TRANSFER) and req.has_receiver
+            and receiver_poll(c, s, r) is None)
+
+
+@action("decode", guard=_status_popped)
+def d_poll_popped_room(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """A receiver polls a room whose ``request_status`` entry another request
+    of the room has popped (its ``clear()``): ``check_status`` is
+    ``request_status[room]`` (cc 19:362-363 ... 23:608-609) and raises
+    KeyError, which neither ``pop_preallocated`` nor ``pop_transferred``
+    catches (``poll_and_all_reduce``, utils 19:205-212): the decode
+    scheduler's loop dies.  The model records the crash and fails the
+    request so the search can go on; ``no-poll-of-popped-room`` flags it."""
+    s = set_d(s, r, receiver_state=KVPoll.Failed)
+    return s, (Event("poll_keyerror", r, "decode", ()),)
+
+
+def _d_digest(c: Ctx, s: State, r: int) -> Tuple:
+    """D's digest over its own range (§5.8): the checksum matches P's only when
+    every page of the range holds this request's KV and the lengths agree."""
+    req = s.d[r]
+    start = req.prefix_pages if c.release.checksum == "suffix" else 0
+    length = req.origin_pages - start
+    own = all(s.d_pages[p].written_by(r) for p in req.pages[max(start - req.prefix_pages, 0):])
+    return (r, start, length) if own else ("mismatch",)
+
+
+def _prebuilt_ready(c, s, r):
+    return s.d[r].stage is DStage.WAITING
+
+
+@action("decode", guard=_prebuilt_ready)
+def d_attend(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """D4 ``get_new_prebuilt_batch`` (dc 2592/2679/3023/3168/3273): 0.5.21+
+    ``_verify_kv_checksums`` first when D expects a digest, then the decode
+    forward attends over every page of the reserved range."""
+    req = s.d[r]
+    if req.expected_checksum is not None and _d_digest(c, s, r) != req.expected_checksum:
+        s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=ABORT_500,
+                  cache_handle=False, session_slot=False)
+        return stream_d(s, r, 500)
+    foreign = tuple(p for p in req.pages if s.d_pages[p].foreign_to(r))
+    s = set_d(s, r, stage=DStage.RUNNING, expected_checksum=None,
+              read_foreign=req.read_foreign or bool(foreign))
+    return s, (Event("read", r, "decode", (bool(foreign), foreign)),)
+
+
+def _running(c, s, r):
+    return s.d[r].stage is DStage.RUNNING
+
+
+@action("decode", guard=_running)
+def d_respond(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """The decode step's ``update_finish_state`` (sb 1721/1843/1919/1913/2007)
+    promotes a pending ``to_finish`` or finishes by length; the response is
+    streamed and the request's pages and handle released."""
+    req = s.d[r]
+    reason = req.to_finish if req.to_finish is not None else (req.finished_reason or LENGTH)
+    s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=reason, to_finish=None,
+              cache_handle=False, session_slot=False)
+    return stream_d(s, r, reason.status, own=None if reason.is_abort else not req.read_foreign)
+
+
+def _retractable(c, s, r):
+    return s.d[r].stage is DStage.RUNNING and not s.d[r].was_retracted
+
+
+@action("decode", guard=_retractable, event="retract")
+def d_retract(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """R1 memory retract: ``retract_decode`` (sb 3030/3168/3297/3298/3451) ->
+    ``release_req`` (sb 2036/2163/2239/2242/2360: host backup, release KV,
+    ``reset_for_retract``) -> ``_add_request_to_queue(is_retracted=True)``
+    (sch 3939/4171/4264/4416/4540)."""
+    s = d_release(c, s, r)
+    s = set_d(s, r, stage=DStage.DOOR, door_flag="retracted", is_retracted=True,
+              retraction_backup=True, was_retracted=True)
+    return s, (Event("release", r, "decode", ("kv", True)),)
+
+
+def _resumable(c, s, r):
+    req = s.d[r]
+    return req.stage is DStage.RETRACTED and len(s.free_d_pages()) >= req.origin_pages
+
+
+def _resume_choices(c, s, r):
+    return ((0, pages) for pages in page_choices(s, s.d[r].origin_pages))
+
+
+@action("decode", guard=_resumable, choices=_resume_choices, event="retract",
+        arg_names=("prefix", "pages"))
+def d_resume(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """R5 ``resume_retracted_reqs`` (dc 804/829/950/997/1021): fresh ``_pre_alloc``,
+    the host backup restored into the new pages, ``is_retracted=False``, then
+    the waiting queue (no door)."""
+    _, chosen = arg
+    pages = list(s.d_pages)
+    for pg in chosen:
+        pages[pg] = replace(pages[pg], owner=r).all_written_by(r)
+    s = replace(s, d_pages=tuple(pages))
+    s = set_d(s, r, stage=DStage.WAITING, pages=tuple(chosen), prefix_pages=0,
+              retraction_backup=False, is_retracted=False)
+    return s, (Event("acquire", r, "decode", ("kv",)),)
+
+
+def _pausable(c, s, r):
+    return s.d[r].stage is DStage.RUNNING and not s.d[r].was_retracted
+
+
+@action("decode", guard=_pausable, event="preempt")
+def d_pause_retract(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """R2 ``pause_generation(mode="retract")`` (sch 5180/5437/5655/5690/5908):
+    ``retract_all(offload_kv=False)`` frees the KV without a host backup and
+    ``reset_for_retract`` sets ``is_retracted``; ``hold_rebootstrap`` then, on
+    resume, ``enqueue_held_rebootstrap`` -> ``add(is_rebootstrap=True)``
+    (dc 19:712-730, 21:848-867).  Neither checks a pending ``to_finish``."""
+    s = d_release(c, s, r)
+    s = set_d(s, r, stage=DStage.DOOR, door_flag="rebootstrap", is_retracted=True,
+              rebootstrap=True, was_retracted=True, read_foreign=False)
+    return s, (Event("release", r, "decode", ("kv", True)),)
+
+
+def _recompute_requested(c, s, r):
+    return bool(s.msgs("recompute", r)) and s.p[r].stage is PStage.GONE and not s.p[r].results_due
+
+
+@action("prefill", guard=_recompute_requested)
+def p_recompute(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """Prefill receives decode's ``submit_prefill_recompute`` payload
+    (``build_rebootstrap_payload``, dc 21:1748-1752): a new prefill ``Req`` for
+    the same room, validated at P's intake like any request and dispatched to
+    the bootstrap door (sch 2586/2724/2749/2820/2943)."""
+    s = consume(s, s.msgs("recompute", r)[0])
+    sc = c.scenario
+    old = s.p[r]
+    fields = validate_intake(sc.prefill, s.d[r].origin_pages)
+    fresh = PrefillReq(stage=PStage.DOOR, session_slot=sc.sessions,
+                       cache_handle=c.release.has_cache_handle,
+                       requeues_left=sc.optimistic_prefill_attempts, answer=old.answer,
+                       **{**fields, "rejected": old.rejected or fields.get("rejected", False)})
+    return replace(s, p=s.p[:r] + (fresh,) + s.p[r + 1:]), ()
+
+
+def resolve_held(c: Ctx, s: State, r: int, tracker: Optional[DRoom] = None) -> Effect:
+    """``resolve_deferred_releases`` (dc 19:2405-2436 ... 23:3046-3090): a rank
+    whose tracker for the room has an ack from every prefill rank it
+    bootstrapped from releases its hold (``is_abort_release_safe(room,
+    required_acks)``, ``required_acks = len(bootstrap_infos)``, dc
+    19:2416, 22:2894-2898; the tracker is the room's, whoever armed it).  Up
+    to 0.5.22 each rank decides alone; 0.5.23 MIN-reduces readiness, so the
+    ranks release together.  The pool is one picture of every rank's pool in
+    lockstep: its pages free when the last rank lets go (the ranks in
+    between have diverged)."""
+    req = s.d[r]
+    if req.stage is not DStage.HELD:
+        return s, ()
+    if tracker is None:
+        tracker = d_room_of(c, s, r)
+    required = c.scenario.prefill.ranks
+    ready = tuple(k for k in req.held if len(tracker.acked_by(k)) >= required)
+    if not ready or (c.release.release_reduced and len(ready) < len(req.held)):
+        return s, ()
+    # history: whose ABORT the acks that free this hold answered
+    evs = (Event("ack_release", r, "decode",
+                 tuple(sorted({o for k, _, o in tracker.acked if k in ready}))),)
+    held = tuple(k for k in req.held if k not in ready)
+    if held:
+        return set_d(s, r, held=held), evs + (Event("rank_release", r, "decode", ready),)
+    s, ev2 = do_release(c, s, r, on_ack=True)
+    return s, evs + ev2
+
+
+def do_release(c: Ctx, s: State, r: int, on_ack: bool) -> Effect:
+    """``_do_release`` (dc 2390/2477/2791/2909/3018): the held pages and slot are
+    freed on every rank still holding, and ``clear_deferred_abort_state(room)``
+    pops the room's drain-ack tracker, whoever armed it."""
+    s = set_d(d_release(c, s, r), r, stage=DStage.GONE, held=(),
+              released_on_ack=on_ack, cache_handle=False, session_slot=False)
+    s = set_d_room(c, s, r, armed=(), acked=())
+    return s, (Event("release", r, "decode", ("kv", True)),)

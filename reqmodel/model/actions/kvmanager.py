@@ -1,0 +1,253 @@
+"""The KV managers' bookkeeping, the way the code keeps it apart from the
+schedulers: prefill's per-room ``request_status``, ``transfer_infos``,
+failure records, staging counts and deferred ABORT_ACK targets
+(``CommonKVManager``, cc), and decode's receiver, per-room status entry and
+drain-ack tracker (``CommonKVReceiver``, ``_deferred_abort_ack_tracker``).
+
+Releases differ only through ``ctx.release``; docstrings cite the SGLang
+code per release (``a/b/c/d/e`` = lines in 0.5.19/20/21/22/23)."""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+from reqmodel.model import guards as g
+from reqmodel.model.actions.core import Ctx, pranks, set_d, set_p
+from reqmodel.model.actions.transport import send
+from reqmodel.model.state import DRoom, KVPoll, Msg, replace, Room, State
+
+
+def room_of(c: Ctx, s: State, r: int, q: int = 0) -> Room:
+    """Prefill rank q's KV manager entry for request r's ``bootstrap_room``
+    (each prefill TP rank has its own KV manager)."""
+    return s.rooms[s.room_index(r, q)]
+
+
+def set_room(c: Ctx, s: State, r: int, *, q: int = 0, **kw) -> State:
+    k = s.room_index(r, q)
+    return replace(s, rooms=s.rooms[:k] + (replace(s.rooms[k], **kw),) + s.rooms[k + 1:])
+
+
+def d_room_of(c: Ctx, s: State, r: int) -> DRoom:
+    """Decode's state (tracker, status entry) for request r's ``bootstrap_room``."""
+    return s.d_rooms[s.room_slot(r)]
+
+
+def set_d_room(c: Ctx, s: State, r: int, **kw) -> State:
+    k = s.room_slot(r)
+    return replace(s, d_rooms=s.d_rooms[:k] + (replace(s.d_rooms[k], **kw),) + s.d_rooms[k + 1:])
+
+
+def receiver_init(c: Ctx, s: State, r: int) -> Tuple[State, KVPoll]:
+    """``CommonKVReceiver.__init__`` and ``init()``: ``update_status(room,
+    Bootstrapping)`` then ``WaitingForInput`` on decode's own
+    ``request_status`` (cc 19:1381, 19:1418; 22:2196, 22:2254).  The entry is the
+    room's: an entry another request of the room left behind merges by the
+    release's rule (0.5.19 lets the new state replace Failed, 0.5.20+ keep
+    Failed).  Returns the state the receiver's first poll will read."""
+    st = d_room_of(c, s, r).status
+    for new in (KVPoll.Bootstrapping, KVPoll.WaitingForInput):
+        st = c.release.update_status(st, new)
+    return set_d_room(c, s, r, status=st), st
+
+
+def receiver_fail(c: Ctx, s: State, r: int) -> State:
+    """``update_status(room, Failed)`` on decode (``receiver.abort()``, the
+    waiting timeout, a Failed report): never re-creates a popped entry."""
+    st = d_room_of(c, s, r).status
+    return set_d_room(c, s, r, status=c.release.update_status(st, KVPoll.Failed))
+
+
+def receiver_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
+    """``CommonKVReceiver.poll()``: the latched ``conclude_state`` if any, else
+    ``check_status(room)``, i.e. ``request_status[room]`` (cc 19:2606-2616,
+    22:2276-2279); None stands for the KeyError of a popped entry."""
+    req = s.d[r]
+    if req.receiver_state in (KVPoll.Success, KVPoll.Failed):
+        return req.receiver_state
+    return d_room_of(c, s, r).status
+
+
+def receiver_clear(c: Ctx, s: State, r: int) -> State:
+    """``CommonKVReceiver.clear()`` pops ``request_status[room]`` (with the
+    response tracker), whichever request of the room created it (cc
+    19:1622-1624, 20:1850, 21:2009, 22:2543, 23:2935)."""
+    return set_d_room(c, s, r, status=None, responded=())
+
+
+def room_id(c: Ctx, r: int) -> int:
+    return c.scenario.room_id(r)
+
+
+def sender_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
+    """Sender poll (mc 19:2399-2419): the latched conclude_state, else
+    ``request_status[room]``, with Success reported as Transferring while
+    chunks of the room are still outstanding.  With several prefill ranks the
+    scheduler MIN-reduces the ranks' polls over the attention-TP group
+    (``poll_and_all_reduce_attn_cp_tp_group``, ut 19:220-231; pf 19:452,
+    20:467, 21:492, 22:482, 23:517), so it sees Success only once every rank
+    has it and Failed as soon as one has."""
+    if s.p[r].concluded is not None:
+        return s.p[r].concluded
+    polls = []
+    for q in pranks(c):
+        room = room_of(c, s, r, q)
+        polls.append(KVPoll.Transferring if room.status == KVPoll.Success
+                     and outstanding(c, s, r, q) else room.status)
+    return None if None in polls else min(polls)
+
+
+def update_status(ctx: Ctx, s: State, r: int, new: KVPoll, q: int = 0) -> State:
+    """``update_status(room, new)`` on prefill rank q's KV manager."""
+    room = room_of(ctx, s, r, q)
+    status = ctx.release.update_status(room.status, new)
+    if room.status is None and status is not None and ctx.release.new_room_drops_acks:
+        # a new room lifecycle drops the ack state and the outstanding count
+        # of the room's last user (cc 22:570-574)
+        return set_room(ctx, s, r, q=q, status=status, ack_to=(), poisoned=False, outstanding=0)
+    return set_room(ctx, s, r, q=q, status=status)
+
+
+def sender_abort(ctx: Ctx, s: State, r: int) -> State:
+    """``CommonKVSender.abort`` (cc 1350/1578/1711/2147/2458) on every prefill
+    rank (the scheduler runs it on each): record a failure, set Failed, latch
+    ``conclude_state = Failed``.  Sends nothing to D."""
+    for q in pranks(ctx):
+        s = record_failure(ctx, s, r, q)
+    return set_p(s, r, concluded=KVPoll.Failed)
+
+
+def record_failure(c: Ctx, s: State, r: int, q: int = 0) -> State:
+    """``record_failure(room)`` and ``update_status(room, Failed)`` on prefill
+    rank q's KV manager."""
+    return set_room(c, update_status(c, s, r, KVPoll.Failed, q), r, q=q, failure_record=True)
+
+
+def pop_transfer_infos(c: Ctx, s: State, r: int, q: int = 0) -> State:
+    """Pop ``transfer_infos[room]`` (decode's destinations, its peers) and
+    ``req_to_decode_prefix_len[room]`` on prefill rank q."""
+    return set_room(c, s, r, q=q, dst=None, dst_slot=-1, prefix=0, peers=())
+
+
+def sender_clear(c: Ctx, s: State, r: int) -> State:
+    """``CommonKVSender.clear`` on every prefill rank: pop request_status,
+    transfer_infos, prefix.  The room's ack target: 0.5.19/0.5.20 drop it (cc
+    19:1345-1348), 0.5.21+ ack it if the room has drained and keep it
+    otherwise (cc 21:1700-1709)."""
+    for q in pranks(c):
+        s = set_room(c, pop_transfer_infos(c, s, r, q), r, q=q, status=None)
+        if c.release.clear_drops_ack_target:
+            s = set_room(c, s, r, q=q, ack_to=())
+        else:
+            s = maybe_ack_drained(c, s, r, q)
+    return s
+
+
+def failure_exception(c: Ctx, s: State, r: int) -> State:
+    """``failure_exception()``: clear(), pop failure_records[room], raise."""
+    s = sender_clear(c, s, r)
+    for q in pranks(c):
+        s = set_room(c, s, r, q=q, failure_record=False)
+    return s
+
+
+def takes_chunks(room: Room) -> bool:
+    """The KV manager moves a chunk only for a room it knows, not Failed, with
+    decode's destinations: when queuing it (``add_transfer_request``, mc
+    19:2214-2240 ... 23:3081-3111) and again when the worker dequeues it
+    (mc 19:1679-1680)."""
+    return room.status not in (None, KVPoll.Failed) and room.dst is not None
+
+
+def outstanding(c: Ctx, s: State, r: int, q: int = 0) -> bool:
+    """``_staging_outstanding[room] > 0`` on prefill rank q.  The worker counts
+    a chunk when it dequeues it, "so `outstanding == 0` means nothing is
+    dequeued or in flight" (mc 19:1670-1676, 20:1863-1869, 21:2110-2116,
+    22:2454-2460, 23:2519-2525): a chunk still in the queue does not count."""
+    return room_of(c, s, r, q).outstanding > 0
+
+
+def maybe_ack_drained(c: Ctx, s: State, r: int, q: int = 0) -> State:
+    """``_maybe_ack_drained_abort`` (cc 19:432-439, 21:705-727, 22:908-925) on
+    prefill rank q: once no chunk of the room is outstanding, the registered
+    targets get their ABORT_ACK, which names the prefill rank (0.5.21 also
+    every ``transfer_infos`` peer); a poisoned room never acks."""
+    room = room_of(c, s, r, q)
+    if not room.ack_to or outstanding(c, s, r, q):
+        return s
+    s = set_room(c, s, r, q=q, ack_to=())
+    if room.poisoned:
+        return s
+    targets = {k: (gen, origin) for k, gen, origin in room.ack_to}
+    if c.release.ack_targets == "fan-out":
+        origin = room.ack_to[0][2]
+        for k in room.peers:
+            targets.setdefault(k, (0, origin))
+    for k in sorted(targets):
+        gen, origin = targets[k]
+        s = send(s, Msg("ack", origin, rank=k, gen=gen, prank=q))
+    return s
+
+
+def register_ack_target(c: Ctx, s: State, msg: Msg) -> State:
+    """``register_deferred_ack_target`` for the ABORT ``msg``: 0.5.19/0.5.20 keep
+    one target per room, overwritten by a later ABORT (cc 19:441-447); 0.5.21
+    also snapshots the room's ``transfer_infos`` peers (cc 21:729-739); 0.5.22+
+    keep one target per decode endpoint with its generation, none for a
+    poisoned room (cc 22:927-943).  Each target remembers (as history) the
+    decode request whose ABORT registered it."""
+    r, rank, gen, q = msg.rid, msg.rank, msg.gen, msg.prank
+    room = room_of(c, s, r, q)
+    if c.release.ack_targets == "last":
+        return set_room(c, s, r, q=q, ack_to=((rank, gen, r),))
+    if c.release.ack_targets == "fan-out":
+        return set_room(c, s, r, q=q, ack_to=((rank, gen, r),) + tuple(
+            (k, 0, r) for k in room.peers if k != rank))
+    if room.poisoned:
+        return s
+    targets = {k: (k, g, o) for k, g, o in room.ack_to}
+    targets[rank] = (rank, gen, r)
+    return set_room(c, s, r, q=q, ack_to=tuple(sorted(targets.values())))
+
+
+def all_ranks(c: Ctx) -> Tuple[int, ...]:
+    return tuple(range(c.scenario.decode.ranks))
+
+
+def notify_abort(c: Ctx, s: State, r: int, ranks: Tuple[int, ...], arm: bool) -> State:
+    """``receiver.abort`` / ``ensure_abort_notified`` on the given decode ranks:
+    each rank not yet notified sends ABORT once (cc 19:1626-1640).  With ``arm``
+    and deferral on, it first registers the room's drain-ack tracker on that
+    rank with a fresh set (``register_deferred_abort_room``; 0.5.22+ under a new
+    generation, which the ABORT carries, cc 22:843-851)."""
+    req = s.d[r]
+    new = tuple(k for k in ranks if k not in req.notified)
+    if not new:
+        return s
+    arming = arm and c.deferred
+    for k in new:
+        gen = 0
+        if arming:
+            gen = fresh_generation(c, s, r) if c.release.ack_generations else 0
+            s = arm_tracker(c, s, r, k, gen)
+        for q in pranks(c):  # to every prefill rank of its bootstrap_infos
+            s = send(s, Msg("abort", r, rank=k, gen=gen, prank=q))
+    return set_d(s, r, notified=tuple(sorted(set(req.notified) | set(new))))
+
+
+def arm_tracker(c: Ctx, s: State, r: int, rank: int, gen: int) -> State:
+    """``register_deferred_abort_room(room)`` on one decode rank: the room's
+    tracker becomes a fresh set (cc 19:386-389: "a fresh set wipes stale acks
+    from a prior request that reused this bootstrap_room"), owned by r."""
+    t = d_room_of(c, s, r)
+    armed = tuple(sorted([a for a in t.armed if a[0] != rank] + [(rank, gen, r)]))
+    return set_d_room(c, s, r, armed=armed, acked=tuple(a for a in t.acked if a[0] != rank))
+
+
+def fresh_generation(c: Ctx, s: State, r: int) -> int:
+    """A generation no ABORT, target, tracker or ack of r's room carries yet:
+    decode's counter is global and only grows (cc 22:845)."""
+    used = [a[1] for a in d_room_of(c, s, r).armed]
+    used += [t[1] for q in pranks(c) for t in room_of(c, s, r, q).ack_to]
+    k = s.room_slot(r)
+    used += [m.gen for m in s.net if m.kind in ("abort", "ack") and s.room_slot(m.rid) == k]
+    return max(used, default=0) + 1

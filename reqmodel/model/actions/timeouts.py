@@ -1,0 +1,107 @@
+"""Timeouts, and decode's receipt of prefill's ABORT_ACK (the other way a
+deferred hold ends).
+
+Releases differ only through ``ctx.release``; docstrings cite the SGLang
+code per release (``a/b/c/d/e`` = lines in 0.5.19/20/21/22/23)."""
+from __future__ import annotations
+
+from typing import Tuple
+
+from reqmodel.model.actions.core import (action, CHANNEL_ARG, Ctx, Effect, Event, pranks, RANK_ARG,
+                                         set_d)
+from reqmodel.model.actions.decode import do_release, resolve_held
+from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, notify_abort, receiver_fail,
+                                              receiver_poll, record_failure, room_of, set_d_room)
+from reqmodel.model.actions.transport import channel_args, consume, prank_of, rank_args, rank_of
+from reqmodel.model.state import DStage, KVPoll, PStage, State
+
+
+def _bootstrapping_ranks(c, s, r):
+    return [q for q in pranks(c) if room_of(c, s, r, q).status == KVPoll.Bootstrapping]
+
+
+def _bootstrapping_sender(c, s, r):
+    req = s.p[r]
+    return (req.has_sender and req.stage is not PStage.GONE
+            and bool(_bootstrapping_ranks(c, s, r)) and req.concluded is None)
+
+
+@action("prefill", guard=_bootstrapping_sender, event="timeouts")
+def p_bootstrap_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`` (300 s, env 19:656): a sender
+    still Bootstrapping records a failure and goes Failed.  Every prefill
+    rank's sender started its clock in the same scheduler step, so the ranks
+    still bootstrapping time out together."""
+    for q in _bootstrapping_ranks(c, s, r):
+        s = record_failure(c, s, r, q)
+    return s, ()
+
+
+def _d_waiting_too_long(c, s, r):
+    req = s.d[r]
+    return (req.stage is DStage.TRANSFER and receiver_poll(c, s, r) == KVPoll.WaitingForInput
+            and not s.room_msgs("status", r))
+
+
+def _waiting_timeout_ranks(c, s, r):
+    return rank_args(c, all_ranks(c))
+
+
+@action("decode", guard=_d_waiting_too_long, choices=_waiting_timeout_ranks, event="timeouts",
+        arg_names=RANK_ARG)
+def d_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """``_check_waiting_timeout`` (cc 1595/1823/1982/2501/2888, 300 s) on one
+    decode rank: record a failure, go Failed, send that rank's ABORT to P, set
+    ``abort_notified``.  0.5.19/0.5.20 never arm the drain-ack tracker here
+    (cc 19:1605-1619); 0.5.21+ arm it first (cc 21:2046-2049).  The poll is
+    MIN-reduced over ranks, so the request fails on every rank."""
+    s = set_d(receiver_fail(c, s, r), r, receiver_state=KVPoll.Failed)
+    return notify_abort(c, s, r, (rank_of(arg),), arm=c.release.arm_before_send), ()
+
+
+def _ack_arrived(c, s, r):
+    return bool(s.msgs("ack", r))
+
+
+def _ack_channels(c, s, r):
+    return channel_args(c, sorted({(m.rank, m.prank) for m in s.msgs("ack", r)}))
+
+
+@action("decode", guard=_ack_arrived, choices=_ack_channels, arg_names=CHANNEL_ARG)
+def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """An ABORT_ACK answering request r's ABORT reaches one decode rank
+    (``note_abort_ack(room)``, cc 19:391-396; 0.5.22+ ``handle_abort_ack_message``,
+    cc 22:853-876): counted by the room's tracker on that rank if it is armed
+    and, from 0.5.22, for the generation it armed; every held request of the
+    room then re-checks (``resolve_deferred_releases`` -> ``_do_release``)."""
+    k, q = rank_of(arg), prank_of(arg, 1)
+    msg = next(m for m in s.msgs("ack", r) if m.rank == k and m.prank == q)
+    s = consume(s, msg)
+    t = d_room_of(c, s, r)
+    armed = {rank: gen for rank, gen, _ in t.armed}
+    counted = k in armed and (not c.release.ack_generations
+                              or (msg.gen != 0 and armed[k] == msg.gen))
+    if not counted:
+        return s, (Event("ack_dropped", r, "decode", (k,)),)
+    if q not in t.acked_by(k):  # the tracker is a set of prefill ranks
+        s = set_d_room(c, s, r, acked=tuple(sorted(t.acked + ((k, q, r),))))
+    # every held entry is judged on the tracker as it is now, before any of
+    # them is released (a release pops the room's tracker), dc 19:2413-2423
+    tracker = d_room_of(c, s, r)
+    evs: Tuple[Event, ...] = ()
+    for u in c.scenario.room_users(r):
+        s, ev = resolve_held(c, s, u, tracker)
+        evs += ev
+    return s, evs
+
+
+def _held(c, s, r):
+    return s.d[r].stage is DStage.HELD
+
+
+@action("decode", guard=_held, event="timeouts")
+def d_deferred_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """``SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT`` (30 s): a held
+    device entry is released anyway ("releasing anyway", dc 19:2405-2436).  The
+    ranks set their deadlines in the same iteration, so they pass together."""
+    return do_release(c, s, r, on_ack=False)

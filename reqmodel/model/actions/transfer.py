@@ -1,0 +1,251 @@
+"""Prefill's transfer worker and KV manager: dequeuing chunks, the RDMA
+writes into decode pages, transfer failures and stray writes, and the
+receipt of decode's ABORT.
+
+Releases differ only through ``ctx.release``; docstrings cite the SGLang
+code per release (``a/b/c/d/e`` = lines in 0.5.19/20/21/22/23)."""
+from __future__ import annotations
+
+from typing import Tuple
+
+from reqmodel.model.actions.core import action, CHANNEL_ARG, Ctx, Effect, Event, PRANK_ARG, pranks
+from reqmodel.model.actions.kvmanager import (maybe_ack_drained, outstanding, pop_transfer_infos,
+                                              record_failure, register_ack_target, room_id, room_of,
+                                              set_room, takes_chunks, update_status)
+from reqmodel.model.actions.transport import (channel_args, consume, d_to_p_channels, next_d_to_p,
+                                              own_msg, own_ranks, prank_args, prank_of, rank_msgs,
+                                              rank_of, send)
+from reqmodel.model.state import DStage, KVPoll, Msg, PStage, replace, State
+
+
+def _worker_busy(s: State, r: int, q: int) -> bool:
+    return bool(rank_msgs(s, "write", r, q))
+
+
+def _queued_ranks(c, s, r):
+    """Prefill ranks whose worker can take r's chunk: the oldest chunk of r's
+    room on that rank is r's (the queue of a room is FIFO), and the worker is
+    not busy with the room: one queue per destination session, one worker
+    thread per queue, so a room's chunks are handled one at a time."""
+    out = []
+    for q in pranks(c):
+        queue = rank_msgs(s, "chunk", r, q)
+        if queue and queue[0].rid == r and not _worker_busy(s, r, q):
+            out.append(q)
+    return out
+
+
+def _chunk_queued(c, s, r):
+    return bool(_queued_ranks(c, s, r))
+
+
+@action("transfer", guard=_chunk_queued, choices=lambda c, s, r: prank_args(c, _queued_ranks(c, s, r)),
+        arg_names=PRANK_ARG)
+def xfer_dequeue(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """Mooncake ``transfer_worker`` (mc 1645/1838/2080/2423/2488) takes the room's
+    oldest chunk and counts it outstanding (``outstanding``).  A Failed or
+    unknown room is skipped: the count is popped and a drained abort acked
+    (mc 19:1678-1693).  Otherwise the worker looks up decode's destinations
+    now, ``dst_kv_indices[index_slice]`` (mc 1754/1939/2186/2550/2623; a short
+    ``dst`` truncates the source, mc 19:1764-1775) and the aux slot, and the
+    write is in flight: whatever happens to the room or to those pages from
+    here on, ``xfer_write`` lands in them.  Each prefill rank has its own
+    worker and moves its own heads."""
+    q = prank_of(arg)
+    msg = rank_msgs(s, "chunk", r, q)[0]
+    s = consume(s, msg)
+    room = room_of(c, s, r, q)
+    if not takes_chunks(room):
+        s = set_room(c, s, r, q=q, outstanding=0)
+        return maybe_ack_drained(c, s, r, q), (Event("xfer_skip", r, "transfer", ()),)
+    s = set_room(c, s, r, q=q, outstanding=room.outstanding + 1)
+    a, b = msg.pages
+    checksum, covered = None, 0
+    if msg.last:
+        if c.release.checksum and c.scenario.prefill.kv_checksum:
+            checksum = _p_digest(c, s, r, q)
+        covered = room.prefix + max(s.p[r].send_pages, 0)
+    return send(s, Msg("write", r, pages=room.dst[a:b], last=msg.last, slot=room.dst_slot,
+                       checksum=checksum, covered=covered, prank=q)), ()
+
+
+def _write_in_flight(c, s, r):
+    return bool(s.msgs("write", r))
+
+
+def land_write(s: State, r: int, pages: Tuple[int, ...], q: int) -> Effect:
+    """Prefill rank q's part of r's KV lands in decode pages ``pages``,
+    whatever they hold now."""
+    new = list(s.d_pages)
+    for pg in pages:
+        new[pg] = new[pg].with_slice(q, r)
+    return replace(s, d_pages=tuple(new)), (Event("write", r, "transfer", pages),)
+
+
+@action("transfer", guard=_write_in_flight, choices=lambda c, s, r: prank_args(c, own_ranks(s, "write", r)),
+        arg_names=PRANK_ARG)
+def xfer_write(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """Prefill rank q's write lands (``batch_transfer_sync``, mc 19:1760-1900) in
+    the pages looked up at dequeue, whatever they hold now; on the last chunk
+    it writes aux into decode's metadata slot (every prefill rank writes it,
+    mc 22:2724-2733) and reports the room's status to D, naming its rank
+    (``conclude_transfer`` from 0.5.20, cc 20:507); then ``worker_done``."""
+    q = prank_of(arg)
+    msg = own_msg(s, "write", r, q)
+    s, evs = land_write(consume(s, msg), r, msg.pages, q)
+    if msg.last:
+        slot = msg.slot
+        if 0 <= slot < len(s.d_slots):
+            slots = list(s.d_slots)
+            slots[slot] = replace(slots[slot], room=room_id(c, r), checksum=msg.checksum,
+                                  covered_pages=msg.covered)
+            s = replace(s, d_slots=tuple(slots))
+        room = room_of(c, s, r, q)
+        final = KVPoll.Success
+        if c.release.conclude_transfer and (room.failure_record or room.status == KVPoll.Failed):
+            final = KVPoll.Failed
+        s = update_status(c, s, r, final, q)
+        s = send(s, Msg("status", r, poll=final, prank=q))
+    return worker_done(c, s, r, msg.last, q), evs
+
+
+def worker_done(c: Ctx, s: State, r: int, last: bool, q: int = 0) -> State:
+    """The end of prefill rank q's worker iteration on one of the room's
+    chunks: the outstanding count drops (mc 19:1970, 20:2143, 21:2393,
+    22:2773, 23:2845), a drained abort is acked, and a concluded room with
+    nothing outstanding is torn down (mc 19:1980-1991, 20:2153-2164,
+    21:2403-2414, 22:2783-2793, 23:2855-2865)."""
+    s = set_room(c, s, r, q=q, outstanding=room_of(c, s, r, q).outstanding - 1)
+    s = maybe_ack_drained(c, s, r, q)
+    room = room_of(c, s, r, q)
+    if room.outstanding <= 0 and (room.status in (None, KVPoll.Success)
+                                  or (last and room.status == KVPoll.Failed)):
+        s = set_room(c, pop_transfer_infos(c, s, r, q), r, q=q, outstanding=0)
+    return s
+
+
+def _p_digest(c: Ctx, s: State, r: int, q: int = 0) -> Tuple:
+    """P's KV checksum over its own range (§5.8): 0.5.21/22 ``[0, min(extend_end,
+    len(origin)))``; 0.5.23 from ``disagg_decode_prefix_len``.  The digest of a
+    range of P's own KV is modelled as (request, first page, length)."""
+    req = s.p[r]
+    start = room_of(c, s, r, q).prefix if c.release.checksum == "suffix" else 0
+    return (r, start, min(req.extend_end, req.origin_pages) - start)
+
+
+def _room_passed_on(c: Ctx, s: State, r: int) -> bool:
+    """Request r's prefill has answered and the next request of its
+    ``bootstrap_room`` has reached a worker: whatever opens the room from
+    then on (the next sender's ``update_status(room, Bootstrapping)``, or its
+    metadata re-creating a cleared room on the bootstrap thread) opens it for
+    that request, not for r."""
+    return s.p[r].answer is not None and any(
+        c.scenario.previous_user(k) == r
+        and (s.p[k].stage is not PStage.ABSENT or s.d[k].stage is not DStage.ABSENT)
+        for k in range(c.scenario.n))
+
+
+def _failing_ranks(c, s, r):
+    """The prefill ranks where a transfer of request r's can fail now: its
+    room is taking chunks for r, or, once the next request of the room has
+    opened it, a write of r's is still in flight there. A scenario's
+    ``transfer_failure`` names requests, and a failure is one of r's own
+    transfers, so a shared room's later lifecycles do not fail under r's
+    name."""
+    ours = not _room_passed_on(c, s, r)
+    out = []
+    for q in pranks(c):
+        room = room_of(c, s, r, q)
+        if (room.status in (KVPoll.WaitingForInput, KVPoll.Transferring) and room.dst is not None
+                and (ours or any(m.rid == r for m in rank_msgs(s, "write", r, q)))):
+            out.append(q)
+    return out
+
+
+def _room_can_fail(c, s, r):
+    return bool(_failing_ranks(c, s, r))
+
+
+@action("transfer", guard=_room_can_fail, event="transfer_failure",
+        choices=lambda c, s, r: prank_args(c, _failing_ranks(c, s, r)), arg_names=PRANK_ARG)
+def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """A transfer failure in the Mooncake ``transfer_worker`` (mc
+    1645/1838/2080/2423/2488): ``record_failure``, room Failed, ``(room,
+    Failed)`` sent to D.  With a write of the room in flight it is that
+    write's batch that failed: ``batch_transfer_sync`` returns -1 on its
+    timeout "with the batch still running ... so a failed send may still be
+    writing decode's pages" (mc 22:2413-2421).  The worker gives up on it (the
+    write becomes ``stray`` and lands whenever it lands), breaks out, and
+    finishes the chunk as usual (``worker_done``); from 0.5.22 it first
+    poisons the room, which then never acks (mc 22:2677, 22:2698).  Without
+    a write in flight it is a failure found before a send (a session already
+    failed, the heartbeat), which poisons nothing.  Only prefill rank q's
+    KV manager fails; the others go on."""
+    q = prank_of(arg)
+    inflight = rank_msgs(s, "write", r, q)
+    if inflight:
+        w = inflight[0]
+        s = send(consume(s, w), Msg("stray", w.rid, pages=w.pages, prank=q))
+    s = record_failure(c, s, r, q)
+    if inflight and c.release.poison_failed_rooms:
+        s = set_room(c, s, r, q=q, poisoned=True, ack_to=())
+    s = send(s, Msg("status", r, poll=KVPoll.Failed, prank=q))
+    if inflight:
+        s = worker_done(c, s, r, inflight[0].last, q)
+    return s, ()
+
+
+def _stray_write(c, s, r):
+    return bool(s.msgs("stray", r))
+
+
+@action("transfer", guard=_stray_write,
+        choices=lambda c, s, r: prank_args(c, own_ranks(s, "stray", r)), arg_names=PRANK_ARG)
+def xfer_stray_lands(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """A write the worker gave up on (``xfer_fail``) lands in decode's pages:
+    the RDMA engine finishes the batch whatever prefill has decided since
+    (mc 22:2413-2421: "a failed send may still be writing decode's pages")."""
+    q = prank_of(arg)
+    msg = own_msg(s, "stray", r, q)
+    return land_write(consume(s, msg), r, msg.pages, q)
+
+
+def _abort_arrived(c, s, r):
+    return bool(d_to_p_channels(c, s, r, "abort"))
+
+
+def _abort_channels(c, s, r):
+    return channel_args(c, d_to_p_channels(c, s, r, "abort"))
+
+
+@action("prefill", guard=_abort_arrived, choices=_abort_channels, arg_names=CHANNEL_ARG)
+def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """Prefill rank q's bootstrap thread handles a decode rank's ABORT (mc 19:2022-2088,
+    20:2195, 21:2449-2522, 22:2814-2849, 23:2886-2955).  An active room (present,
+    not Success) becomes Failed.  Without deferral P replies with a 2-frame ack
+    that decode never counts (mc 19:2173-2180), so nothing is modelled.  With
+    deferral: 0.5.19/0.5.20 register the sender if the room is active, ack at
+    once if it is inactive and drained, and do nothing otherwise; 0.5.21
+    registers if active or outstanding; 0.5.22+ register every ABORT that
+    carries a generation.  A registered target is acked once the room drains."""
+    k, q = rank_of(arg), prank_of(arg, 1)
+    msg = next_d_to_p(c, s, r, k, q)
+    s = consume(s, msg)
+    room = room_of(c, s, r, q)
+    active = room.status is not None and room.status != KVPoll.Success
+    busy = outstanding(c, s, r, q)
+    if active:
+        s = update_status(c, s, r, KVPoll.Failed, q)
+    if not c.deferred:
+        return s, ()
+    if c.release.ack_targets == "per-endpoint":
+        register = msg.gen != 0 or not c.release.ack_generations
+    elif c.release.ack_targets == "fan-out":
+        register = active or busy
+    else:
+        register = active
+    if register:
+        return maybe_ack_drained(c, register_ack_target(c, s, msg), r, q), ()
+    if c.release.ack_targets != "per-endpoint" and not busy:
+        s = send(s, Msg("ack", r, rank=k, prank=q))
+    return s, ()
