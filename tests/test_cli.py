@@ -19,7 +19,22 @@ def test_default_check_reports_the_incident(tmp_path):
     cells = [c.strip() for c in line.strip("│┃ ").split("│")]
     assert cells[1].startswith("violated (27)")
     assert all(c == "holds" for c in cells[2:])
-    assert (tmp_path / "counterexamples/0.5.19/no-foreign-kv-read-incident.itf.json").exists()
+    # the default output is reqmodel-out/, never the committed corpus
+    assert (tmp_path / "reqmodel-out/0.5.19/no-foreign-kv-read-incident.itf.json").exists()
+    assert not (tmp_path / "counterexamples").exists()
+
+
+def test_check_from_the_repository_root_leaves_the_corpus_alone(tmp_path):
+    """Run where a clone's counterexamples/ is: the committed corpus is not
+    rewritten unless --out names it."""
+    corpus = tmp_path / "counterexamples" / "0.5.19"
+    corpus.mkdir(parents=True)
+    committed = corpus / "no-foreign-kv-read-incident.itf.json"
+    committed.write_text("committed")
+    r = run("check", "--release", "0.5.19", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert committed.read_text() == "committed"
+    assert (tmp_path / "reqmodel-out/0.5.19/no-foreign-kv-read-incident.itf.json").exists()
 
 
 def test_json_output_schema(tmp_path):

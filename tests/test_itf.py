@@ -34,8 +34,11 @@ def test_itf_structure(trace_file):
     path, t = trace_file
     data = json.loads(path.read_text())
     meta = data["#meta"]
-    for key in ("format", "source", "release", "scenario", "property", "engine", "timestamp"):
+    for key in ("format", "source", "release", "scenario", "property", "engine"):
         assert key in meta
+    # nothing that changes from one run to the next: the corpus is regenerated
+    # into the same files
+    assert "timestamp" not in meta
     assert meta["format"] == "ITF" and meta["release"] == "0.5.19"
     assert data["vars"] == list(itf.VARS)
     assert len(data["states"]) == len(t) + 1
@@ -47,6 +50,41 @@ def test_itf_structure(trace_file):
     for node in _walk([{k: v for k, v in st.items() if k != "#meta"} for st in data["states"]]):
         for v in node.values():
             assert not (isinstance(v, int) and not isinstance(v, bool))
+
+
+def test_every_state_field_is_a_trace_variable(trace_file):
+    """The trace variables come from the state's own fields, so a field added
+    to the state is in every trace without a list to update."""
+    import attrs
+    from reqmodel.model.state import State
+    path, t = trace_file
+    data = json.loads(path.read_text())
+    names = [f.name for f in attrs.fields(State)]
+    assert data["vars"] == names
+    assert {"d_rooms", "room_slots"} <= set(names)
+    for st in data["states"]:
+        assert set(names) <= set(st)
+
+
+def test_the_committed_corpus_records_every_state_field():
+    import pathlib
+    import attrs
+    from reqmodel.model.state import State
+    names = [f.name for f in attrs.fields(State)]
+    corpus = sorted((pathlib.Path(__file__).parent.parent / "counterexamples").glob("*/*.itf.json"))
+    assert corpus
+    for path in corpus:
+        data = json.loads(path.read_text())
+        assert data["vars"] == names, path.name
+        assert "timestamp" not in data["#meta"], path.name
+        assert all(set(names) <= set(st) for st in data["states"]), path.name
+
+
+def test_two_exports_of_one_trace_are_the_same_bytes(trace_file, tmp_path):
+    path, t = trace_file
+    again = tmp_path / "again.itf.json"
+    itf.write(again, t, scenario.builtin("incident"))
+    assert again.read_bytes() == path.read_bytes()
 
 
 def test_steps_round_trip(trace_file):

@@ -165,3 +165,26 @@ def test_a_release_with_a_host_capable_backend_is_not_modelled(tmp_path, monkeyp
     monkeypatch.setitem(releases.RELEASES, "next", capable)
     with pytest.raises(ScenarioError, match="not modelled .needed for next"):
         scenario.load_file(write(tmp_path, MINIMAL + "[options]\ndecode_host_receive = true\n"))
+
+
+@pytest.mark.parametrize("name", scenario.builtin_names())
+def test_to_dict_is_the_inverse_of_from_dict(name):
+    sc = scenario.builtin(name)
+    assert scenario.from_dict(sc.to_dict()) == sc
+    assert scenario.to_dict(sc) == sc.to_dict()
+
+
+def test_to_dict_round_trips_every_option_away_from_its_default():
+    sc = scenario.from_dict({
+        "name": "all-options", "description": "every key set", "prompt_pages": [2, 1],
+        "bootstrap_rooms": [3, 3],
+        "prefill": {"pool_pages": 2, "intake_limit_pages": 1, "auto_truncate": True,
+                    "kv_checksum": True, "metadata_buffers": 1, "chunk_pages": 1, "ranks": 2},
+        "decode": {"pool_pages": 3, "intake_limit_pages": 2, "kv_checksum": True,
+                   "metadata_buffers": 2, "radix_cache": True},
+        "options": {"optimistic_prefill_attempts": 1, "deferred_release": False,
+                    "layouts_match": False, "sessions": True, "hybrid_mamba": True,
+                    "result_timing": "any", "reuse_room_after": "decode"},
+        "events": {"client_abort": [0], "timeouts": True},
+    }, bounds=scenario.SAMPLED)
+    assert scenario.from_dict(sc.to_dict(), bounds=scenario.SAMPLED) == sc

@@ -104,8 +104,8 @@ def _cell(r) -> str:
               help="z3: message slots of the state vector (messages in flight at once).")
 @click.option("--hypothesis-profile", "hprofile", type=click.Choice(["dev", "ci", "thorough"]),
               default="ci", show_default=True, help="Budget of the hypothesis engine.")
-@click.option("--out", "out", type=click.Path(file_okay=False), default="counterexamples",
-              show_default=True, help="Where counterexample traces (ITF) are written.")
+@click.option("--out", "out", type=click.Path(file_okay=False), default="reqmodel-out",
+              show_default=True, help="Where counterexample traces (ITF) are written (the committed corpus is regenerated with --out counterexamples).")
 @click.option("--witnesses", is_flag=True,
               help="Also write the shortest path of each reachability property.")
 @click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES,

@@ -81,22 +81,22 @@ class Exploration:
 
 
 class _Interner:
-    """Hash-consing of sub-values, so that a million states share their parts."""
+    """Hash-consing of sub-values, so that a million states share their parts.
+
+    The state's fields come from ``attrs.fields(State)``: a field marked
+    ``intern="each"`` (the per-request and per-room records) is interned
+    element by element, every other field as one value."""
 
     def __init__(self) -> None:
         self.table: Dict[object, object] = {}
+        self.fields = tuple((f.name, f.metadata.get("intern") == "each")
+                            for f in attrs.fields(State))
 
     def __call__(self, s: State) -> State:
         t = self.table
-        p = tuple(t.setdefault(x, x) for x in s.p)
-        d = tuple(t.setdefault(x, x) for x in s.d)
-        rooms = tuple(t.setdefault(x, x) for x in s.rooms)
-        pages = t.setdefault(s.d_pages, s.d_pages)
-        slots = t.setdefault(s.d_slots, s.d_slots)
-        net = t.setdefault(s.net, s.net)
-        return State(p=p, d=d, rooms=rooms, d_pages=pages, d_slots=slots, net=net,
-                     aborted_by_client=t.setdefault(s.aborted_by_client, s.aborted_by_client),
-                     d_rooms=t.setdefault(s.d_rooms, s.d_rooms), room_slots=s.room_slots)
+        return State(*[tuple(t.setdefault(x, x) for x in getattr(s, name)) if each
+                       else t.setdefault(getattr(s, name), getattr(s, name))
+                       for name, each in self.fields])
 
 
 def symmetry_classes(sc: Scenario) -> Tuple[Tuple, ...]:

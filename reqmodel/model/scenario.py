@@ -146,6 +146,9 @@ class Scenario:
     def shares_rooms(self) -> bool:
         return len(set(self.bootstrap_rooms)) < len(self.bootstrap_rooms)
 
+    def to_dict(self) -> Dict[str, Any]:
+        return to_dict(self)
+
     def chunk(self) -> int:
         c = self.prefill.chunk_pages
         return c if c > 0 else max(self.prompt_pages)
@@ -303,6 +306,38 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
             f"(size {weight}; at most {MAX_WEIGHT + 2 * len(prompts)}): use fewer requests, "
             "shorter prompts or fewer events")
     return sc
+
+
+def to_dict(sc: Scenario) -> Dict[str, Any]:
+    """The scenario as TOML-shaped data, the inverse of :func:`from_dict`
+    (``from_dict(to_dict(sc)) == sc``): a trace carries it, so that it replays
+    without the scenario's file."""
+    ev = {k: list(v) for k, v in attrs.asdict(sc.events).items()}
+    def worker(w, role):
+        out = {"pool_pages": w.pool_pages, "intake_limit_pages": w.intake_limit_pages,
+               "auto_truncate": w.auto_truncate, "kv_checksum": w.kv_checksum,
+               "metadata_buffers": w.metadata_buffers}
+        if role == "prefill":
+            out["chunk_pages"] = w.chunk_pages
+            if w.ranks != 1:
+                out["ranks"] = w.ranks
+        else:
+            out.update(radix_cache=w.radix_cache, ranks=w.ranks)
+        return out
+    return {
+        "name": sc.name, "description": sc.description,
+        "prompt_pages": list(sc.prompt_pages),
+        **({"bootstrap_rooms": list(sc.bootstrap_rooms)} if sc.bootstrap_rooms else {}),
+        "prefill": worker(sc.prefill, "prefill"), "decode": worker(sc.decode, "decode"),
+        "options": {
+            "optimistic_prefill_attempts": sc.optimistic_prefill_attempts,
+            "deferred_release": "default" if sc.deferred_release is None else sc.deferred_release,
+            "layouts_match": sc.layouts_match, "sessions": sc.sessions,
+            "hybrid_mamba": sc.hybrid_mamba, "result_timing": sc.result_timing,
+            "reuse_room_after": sc.reuse_room_after,
+        },
+        "events": ev,
+    }
 
 
 def _event_targets(key: str, value: Any, n: int) -> Tuple[int, ...]:

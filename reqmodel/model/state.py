@@ -319,11 +319,16 @@ class Msg:
     prank: int = attrs.field(default=0, metadata=ITF_OMIT)
 
 
+_EACH = {"intern": "each"}
+
+
 @attrs.frozen(cache_hash=True)
 class State:
-    p: Tuple[PrefillReq, ...]
-    d: Tuple[DecodeReq, ...]
-    rooms: Tuple[Room, ...]  # prefill KV manager state, per (room slot, prefill rank)
+    # intern="each": a tuple of records the exhaustive engine shares one by one
+    p: Tuple[PrefillReq, ...] = attrs.field(metadata=_EACH)
+    d: Tuple[DecodeReq, ...] = attrs.field(metadata=_EACH)
+    # prefill KV manager state, per (room slot, prefill rank)
+    rooms: Tuple[Room, ...] = attrs.field(metadata=_EACH)
     d_pages: Tuple[Page, ...]
     d_slots: Tuple[MetaSlot, ...]
     net: Tuple[Msg, ...] = ()  # ordered: chunks of a room are processed FIFO

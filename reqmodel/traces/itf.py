@@ -1,7 +1,8 @@
 """Counterexample traces in the Informal Trace Format (ITF, Apalache ADR-015).
 
 A trace file is a JSON object with ``#meta`` (format, source, release,
-scenario and its full configuration, property, engine, timestamp), ``vars``
+scenario and its full configuration, property, engine; no timestamp, so that
+the committed corpus is the same file whenever it is regenerated), ``vars``
 and ``states``.  Integers are ``{"#bigint": "..."}``, tuples ``#tup``, maps
 ``#map``; records are plain objects; an optional value is a set of at most
 one element (``{"#set": []}`` when absent, ``{"#set": [v]}`` when present),
@@ -12,7 +13,6 @@ choice), which is all ``read_steps`` needs to replay it.
 """
 from __future__ import annotations
 
-import datetime
 import enum
 import json
 from typing import Any, Dict, List, Tuple
@@ -20,12 +20,14 @@ from typing import Any, Dict, List, Tuple
 import attrs
 
 from reqmodel.model.actions import BY_NAME, Step
+from reqmodel.model import scenario as sc_mod
 from reqmodel.model.scenario import Scenario
 from reqmodel.model.state import State
 
 FORMAT = "ITF"
 FORMAT_DESCRIPTION = "https://apalache-mc.org/docs/adr/015adr-trace.html"
-VARS = ("p", "d", "rooms", "d_pages", "d_slots", "net", "aborted_by_client")
+# every field of the state, in declaration order: a trace records all of it
+VARS = tuple(f.name for f in attrs.fields(State))
 
 
 class TraceFileError(ValueError):
@@ -98,32 +100,7 @@ def decode_plain(value: Any) -> Any:
 
 def scenario_config(sc: Scenario) -> Dict[str, Any]:
     """The scenario as TOML-shaped data, so a trace replays without its file."""
-    ev = {k: list(v) for k, v in attrs.asdict(sc.events).items()}
-    def worker(w, role):
-        out = {"pool_pages": w.pool_pages, "intake_limit_pages": w.intake_limit_pages,
-               "auto_truncate": w.auto_truncate, "kv_checksum": w.kv_checksum,
-               "metadata_buffers": w.metadata_buffers}
-        if role == "prefill":
-            out["chunk_pages"] = w.chunk_pages
-            if w.ranks != 1:
-                out["ranks"] = w.ranks
-        else:
-            out.update(radix_cache=w.radix_cache, ranks=w.ranks)
-        return out
-    return {
-        "name": sc.name, "description": sc.description,
-        "prompt_pages": list(sc.prompt_pages),
-        **({"bootstrap_rooms": list(sc.bootstrap_rooms)} if sc.bootstrap_rooms else {}),
-        "prefill": worker(sc.prefill, "prefill"), "decode": worker(sc.decode, "decode"),
-        "options": {
-            "optimistic_prefill_attempts": sc.optimistic_prefill_attempts,
-            "deferred_release": "default" if sc.deferred_release is None else sc.deferred_release,
-            "layouts_match": sc.layouts_match, "sessions": sc.sessions,
-            "hybrid_mamba": sc.hybrid_mamba, "result_timing": sc.result_timing,
-            "reuse_room_after": sc.reuse_room_after,
-        },
-        "events": ev,
-    }
+    return sc_mod.to_dict(sc)
 
 
 def to_itf(trace, scenario: Scenario, engine: str = "exhaustive",
@@ -157,7 +134,6 @@ def to_itf(trace, scenario: Scenario, engine: str = "exhaustive",
             "kind": "witness" if trace.violation == "reached" else "counterexample",
             "violation": trace.violation,
             "engine": engine,
-            "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **(extra_meta or {}),
         },
         "vars": list(VARS),
