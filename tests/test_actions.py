@@ -51,3 +51,14 @@ def test_traceability_table_lists_exactly_the_actions():
     section = text.split("## Actions", 1)[1].split("##", 1)[0]
     listed = set(_re.findall(r"^\| `(\w+)` \|", section, flags=_re.M))
     assert listed == set(actions.BY_NAME)
+
+
+def test_no_dead_event_kind(explored):
+    """Every event kind is emitted on some built-in scenario and release: a
+    kind that no action emits is a property that reads nothing."""
+    from reqmodel.model import events
+    emitted = set()
+    for name in scenario.builtin_names():
+        for rel in releases.NAMES:
+            emitted |= explored(rel, name).emitted
+    assert set(events.KINDS) - emitted == set()

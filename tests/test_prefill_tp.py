@@ -17,6 +17,7 @@ from reqmodel.traces import itf
 from reqmodel.model import properties
 from reqmodel.model import releases
 from reqmodel.model import scenario
+from reqmodel.model.events import Commit
 from reqmodel.model.actions import Ctx, Step, apply, initial_state
 from reqmodel.model.scenario import ScenarioError, from_dict
 from reqmodel.model.state import DStage, KVPoll, Msg, Page
@@ -138,8 +139,8 @@ def _mixed_commit(pre, step, evs, post):
     """False on a commit that counted the request's own report from one
     prefill rank and an earlier request's from another."""
     for e in evs:
-        if e.kind == "commit":
-            origins = {o for _, o in e.info[1]}
+        if isinstance(e, Commit):
+            origins = {o for _, o in e.counted}
             if e.rid in origins and len(origins) > 1:
                 return False
     return True
@@ -161,8 +162,8 @@ def test_a_stale_report_completes_the_later_requests_response_count(release):
     assert v.verdict == "violated"
     last = v.trace.steps[-1]
     assert last.action == "d_transferred" and last.rid == 1
-    commit = next(e for e in v.trace.events[-1] if e.kind == "commit")
-    assert sorted(commit.info[1]) == [(0, 1), (1, 0)] or sorted(commit.info[1]) == [(0, 0), (1, 1)]
+    commit = next(e for e in v.trace.events[-1] if isinstance(e, Commit))
+    assert sorted(commit.counted) in ([(0, 1), (1, 0)], [(0, 0), (1, 1)])
     pre = v.trace.states[-2]
     slot = pre.d_slots[pre.d[1].meta_slot]
     assert slot.room == PREFILL_TP.room_id(1)  # the commit check passes

@@ -25,6 +25,7 @@ import attrs
 from reqmodel.model import actions
 from reqmodel.engines import exhaustive as explore
 from reqmodel.model import scenario as scenario_mod
+from reqmodel.model import events as ev
 from reqmodel.model.actions import BY_NAME, Ctx
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
@@ -75,12 +76,12 @@ def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
     sc = ctx.scenario
     nxt, evs = BY_NAME[name].effect(ctx, s, r, ())
 
-    def count(kind_: str, what: Optional[str] = None) -> int:
-        """Events of request ``r`` of this kind (and first detail)."""
-        return sum(1 for e in evs if e.rid == r and e.kind == kind_
-                   and (what is None or e.info[:1] == (what,)))
+    def count(cls: type, resource: Optional[str] = None) -> int:
+        """Events of request ``r`` of this class (and resource)."""
+        return sum(1 for e in evs if e.rid == r and isinstance(e, cls)
+                   and (resource is None or e.resource == resource))
 
-    retired, streamed = count("door_retire"), count("stream")
+    retired, streamed = count(ev.DoorRetire), count(ev.Stream)
     if name in ("p_intake", "d_intake"):
         w = sc.prefill if name == "p_intake" else sc.decode
         post = nxt.p[r] if name == "p_intake" else nxt.d[r]
@@ -108,18 +109,18 @@ def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
             # the tree-cache insert before a requeue's release is not modelled
             # (notes/conformance.md): `cached` is not compared on middle results
             expect = {"requeued": (("waiting" if post.stage is PStage.WAITING else "bootstrap")
-                                   if count("requeue") else None),
+                                   if count(ev.Requeue) else None),
                       "pending_bootstrap": post.pending_bootstrap,
                       "is_retracted": post.is_retracted}
         elif rest:
             return None
         else:
-            expect = {"cached": count("release", "cache")}
+            expect = {"cached": count(ev.Release, "cache")}
         return inputs, dict(
-            expect, inflight=post.stage is PStage.INFLIGHT, sent=count("send"),
+            expect, inflight=post.stage is PStage.INFLIGHT, sent=count(ev.Send),
             sender_aborted=int(post.concluded != pre.concluded
                                and post.concluded is KVPoll.Failed),
-            kv_released=count("release", "kv"), buffer_freed=_freed(pre, post),
+            kv_released=count(ev.Release, "kv"), buffer_freed=_freed(pre, post),
             streamed=streamed, to_finish=kind(post.to_finish),
             finished_reason=kind(post.finished_reason))
     if name == "p_inflight":
@@ -137,9 +138,9 @@ def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
                   "buffers": sc.prefill.metadata_buffers, "poll": poll.name}
         return inputs, {
             "left_queue": post.stage is not PStage.INFLIGHT,
-            "kv_released": count("release", "kv"), "buffer_freed": _freed(pre, post),
-            "streamed": streamed, "sender_init": count("acquire", "init"),
-            "sent": count("send"),
+            "kv_released": count(ev.Release, "kv"), "buffer_freed": _freed(pre, post),
+            "streamed": streamed, "sender_init": count(ev.Acquire, "init"),
+            "sent": count(ev.Send),
             "pending_bootstrap": post.pending_bootstrap,
             "to_finish": kind(post.to_finish), "finished_reason": kind(post.finished_reason)}
     if name == "p_door":

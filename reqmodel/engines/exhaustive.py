@@ -78,6 +78,7 @@ class Exploration:
     graph: Optional[nx.DiGraph] = None
     state_of: Optional[List[State]] = None  # node id -> canonical state, with the graph
     fired: FrozenSet[str] = frozenset()  # every action taken on some explored edge
+    emitted: FrozenSet[str] = frozenset()  # every event kind emitted on some explored edge
 
 
 class _Interner:
@@ -147,6 +148,7 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
         graph.add_node(0)
     edges = 0
     fired = set()
+    emitted = set()
 
     def check_state(v: int, s: State) -> None:
         for p in state_props:
@@ -167,6 +169,8 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
         s = states[u]
         for step, nxt, evs in successors(ctx, s):
             fired.add(step.action)
+            if evs:
+                emitted.update(e.kind for e in evs)
             for p in trans_props:
                 if p.name not in found and not p.holds_on(s, step, evs, nxt):
                     found[p.name] = ("transition", u, step)
@@ -215,7 +219,7 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
                        states=len(states), edges=edges, depth=max(depth), seconds=seconds,
                        complete=complete and not queue, graph=graph,
                        state_of=states if keep_graph or keep_states else None,
-                       fired=frozenset(fired))
+                       fired=frozenset(fired), emitted=frozenset(emitted))
 
 
 def _path(v: int, parent) -> List[int]:

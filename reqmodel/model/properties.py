@@ -18,6 +18,7 @@ from typing import Callable, Dict, Optional, Tuple
 import attrs
 
 from reqmodel.model import guards as g
+from reqmodel.model import events as ev
 from reqmodel.model.actions import Ctx, Event, Step
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
@@ -62,8 +63,9 @@ def _has_door(rel: Release, sc: Scenario) -> bool:
                 and rel.decode_door is g.decode_door_admit_all)
 
 
-def _events(evs, kind):
-    return (e for e in evs if e.kind == kind)
+def _events(evs, cls):
+    """The step's events of one class."""
+    return (e for e in evs if isinstance(e, cls))
 
 
 # ------------------------------------------------------------------ safety
@@ -71,7 +73,7 @@ def _events(evs, kind):
 prop(
     name="no-foreign-kv-read", kind="always", ref="I1",
     text="Decode never attends over a page of its handoff range that another request wrote last.",
-    transition=lambda pre, step, evs, post: not any(e.info[0] for e in _events(evs, "read")),
+    transition=lambda pre, step, evs, post: not any(e.foreign for e in _events(evs, ev.Read)),
 )
 
 
@@ -110,23 +112,23 @@ prop(
 prop(
     name="no-late-result-side-effects", kind="always", ref="I4",
     text="A prefill result that arrives after its request was retired sends, queues, caches and releases nothing.",
-    transition=lambda pre, step, evs, post: not any(_events(evs, "late_effect")),
+    transition=lambda pre, step, evs, post: not any(_events(evs, ev.LateEffect)),
 )
 
 prop(
     name="abort-is-terminal", kind="always", ref="I5",
     text="An aborted request is never requeued for more prefill work.",
     transition=lambda pre, step, evs, post: not any(
-        g.is_aborted(pre.p[e.rid]) for e in _events(evs, "requeue")),
+        g.is_aborted(pre.p[e.rid]) for e in _events(evs, ev.Requeue)),
 )
 
 
 def _reject_acquires_nothing(pre, step, evs, post) -> bool:
-    for e in _events(evs, "acquire"):
+    for e in _events(evs, ev.Acquire):
         side = pre.p[e.rid] if e.side == "prefill" else pre.d[e.rid]
         if side.rejected:
             return False
-    for e in _events(evs, "prealloc"):
+    for e in _events(evs, ev.Prealloc):
         if pre.d[e.rid].rejected:
             return False
     return True
@@ -140,7 +142,7 @@ prop(
 
 
 def _never_released_unheld(pre, step, evs, post) -> bool:
-    return not any(not e.info[1] for e in _events(evs, "release"))
+    return not any(not e.held for e in _events(evs, ev.Release))
 
 
 def _nothing_left_behind(s: State) -> bool:
@@ -161,7 +163,7 @@ prop(
 
 
 def _cleanup_ran(pre, step, evs, post) -> bool:
-    for e in _events(evs, "door_retire"):
+    for e in _events(evs, ev.DoorRetire):
         req = post.p[e.rid] if e.side == "prefill" else post.d[e.rid]
         if (req.session_slot or req.cache_handle or req.to_finish is not None
                 or req.finished_reason is None or req.answer is None):
@@ -178,22 +180,22 @@ prop(
 prop(
     name="reentry-not-retired", kind="always", ref="I13",
     text="A re-entering request (retracted, or owning KV, metadata or a host backup) is never retired at a door.",
-    transition=lambda pre, step, evs, post: not any(e.info[0] for e in _events(evs, "door_retire")),
+    transition=lambda pre, step, evs, post: not any(e.reentering for e in _events(evs, ev.DoorRetire)),
     applies=_has_door,
 )
 
 prop(
     name="aborted-not-preallocated", kind="always", ref="I16",
     text="Decode never preallocates pages for a request that is already aborted.",
-    transition=lambda pre, step, evs, post: not any(e.info[0] for e in _events(evs, "prealloc")),
+    transition=lambda pre, step, evs, post: not any(e.aborted for e in _events(evs, ev.Prealloc)),
 )
 
 # ------------------------------------------- lifetime and ownership (#3)
 
 
 def _no_write_into_reused_page(pre, step, evs, post) -> bool:
-    for e in _events(evs, "write"):
-        if any(pre.d_pages[pg].owner not in (None, e.rid) for pg in e.info):
+    for e in _events(evs, ev.Write):
+        if any(pre.d_pages[pg].owner not in (None, e.rid) for pg in e.pages):
             return False
     return True
 
@@ -223,10 +225,10 @@ prop(
 
 
 def _commits_own_metadata(pre, step, evs, post) -> bool:
-    for e in _events(evs, "commit"):
+    for e in _events(evs, ev.Commit):
         req = pre.d[e.rid]
         slot = pre.d_slots[req.meta_slot]
-        if slot.room != e.info[0] or slot.covered_pages < req.reserved_pages:
+        if slot.room != e.room or slot.covered_pages < req.reserved_pages:
             return False
     return True
 
@@ -238,10 +240,7 @@ prop(
 )
 
 def _commits_on_own_transfer(pre, step, evs, post) -> bool:
-    """info: (room, (prefill rank, origin) of each Success report counted,
-    prefill ranks that must report)."""
-    return all(len({q for q, o in e.info[1] if o == e.rid}) >= e.info[2]
-               for e in _events(evs, "commit"))
+    return all(e.own_reports() >= e.ranks for e in _events(evs, ev.Commit))
 
 
 prop(
@@ -257,12 +256,12 @@ prop(
     name="no-poll-of-popped-room", kind="always", ref="#3",
     text="Decode never polls a receiver whose request_status entry another request of the "
          "same bootstrap_room has popped (check_status raises KeyError in the scheduler loop).",
-    transition=lambda pre, step, evs, post: not any(_events(evs, "poll_keyerror")),
+    transition=lambda pre, step, evs, post: not any(_events(evs, ev.PollKeyError)),
 )
 
 
 def _acks_release_their_own_hold(pre, step, evs, post) -> bool:
-    return all(e.info == (e.rid,) for e in _events(evs, "ack_release"))
+    return all(e.origins == (e.rid,) for e in _events(evs, ev.AckRelease))
 
 
 prop(

@@ -10,6 +10,7 @@ import networkx as nx
 
 from reqmodel.traces import itf
 from reqmodel.engines.exhaustive import DEFAULT_MAX_STATES, explore
+from reqmodel.model import events as ev
 from reqmodel.model.properties import Property
 from reqmodel.proposals.proposal import Proposal
 from reqmodel.model.releases import Release
@@ -152,9 +153,9 @@ def measure(release: Release, sc: Scenario, max_states: int = DEFAULT_MAX_STATES
     for u, v, data in G.edges(data=True):
         s = states[u]
         for e in data["events"]:
-            if e.kind not in ("acquire", "prealloc"):
+            if not isinstance(e, (ev.Acquire, ev.Prealloc)):
                 continue
-            kind = e.info[0] if e.kind == "acquire" else "prealloc"
+            kind = e.resource if isinstance(e, ev.Acquire) else "prealloc"
             rejected_here = s.p[e.rid].rejected if e.side == "prefill" else s.d[e.rid].rejected
             rejected_there = s.d[e.rid].rejected if e.side == "prefill" else s.p[e.rid].rejected
             if rejected_here:

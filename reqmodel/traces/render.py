@@ -13,6 +13,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import attrs
 
+from reqmodel.model import events as ev
 from reqmodel.model.actions import BY_NAME, Event, Step
 from reqmodel.model.properties import CATALOG
 from reqmodel.model.state import Finish, KVPoll, Msg, State
@@ -135,66 +136,15 @@ def _rid(x: Optional[int]) -> str:
 
 
 def event_text(e: Event) -> str:
-    if e.kind == "read":
-        return f"attention reads {'FOREIGN pages ' + fmt(e.info[1]) if e.info[0] else 'own pages only'}"
-    if e.kind == "stream":
-        return f"{e.side} answers {e.info[0]}"
-    if e.kind == "acquire":
-        return f"{e.side} acquires {e.info[0]}"
-    if e.kind == "release" and e.info[0] == "cache":
-        return ("prefill caches the unfinished request (maybe_cache_unfinished_req)"
-                + ("" if e.info[1] else " though it holds NO KV"))
-    if e.kind == "release":
-        return f"{e.side} releases {e.info[0]}{'' if e.info[1] else ' it does NOT hold'}"
-    if e.kind == "send":
-        return f"prefill sends {'last ' if e.info[0] else ''}chunk{'' if e.info[1] else ' with metadata_buffer_index -1'}"
-    if e.kind == "door_retire":
-        return f"{e.side} door retires{' a RE-ENTERING request' if e.info[0] else ''}"
-    if e.kind == "prealloc":
-        return f"decode preallocates{' an ABORTED request' if e.info[0] else ''}"
-    if e.kind == "late_effect":
-        return "LATE RESULT has side effects: " + ", ".join(e.info)
-    if e.kind == "requeue":
-        return "prefill requeues"
-    if e.kind == "write":
-        return f"transfer writes D pages {fmt(e.info)}"
-    if e.kind == "commit":
-        _, counted, ranks = e.info
-        own = {q for q, o in counted if o == e.rid}
-        if len(own) >= ranks:
-            return "decode commits the transfer"
-        reports = ", ".join(f"r{o}'s" + (f" (prefill rank {q})" if ranks > 1 else "")
-                            for q, o in counted) or "no report"
-        missing = [q for q in range(ranks) if q not in own]
-        text = f"decode commits on the Success report{'s' if len(counted) > 1 else ''} of {reports}"
-        if ranks > 1:
-            text += f"; prefill rank {fmt(tuple(missing))} has not reported r{e.rid}'s own transfer"
-        return text
-    if e.kind == "ack_release":
-        others = [o for o in e.info if o != e.rid]
-        if others:
-            return ("the hold ends on a drain ack that answers "
-                    + ", ".join(f"r{o}" for o in others) + "'s ABORT")
-        return "the hold ends on its own drain ack"
-    if e.kind == "poll_keyerror":
-        return ("decode polls a room whose request_status another request popped: "
-                "KeyError, the decode scheduler stops")
-    if e.kind == "status_dropped":
-        return "decode drops a late status report (no receiver has the room)"
-    if e.kind == "ack_dropped":
-        return f"decode rank {e.info[0]} DROPS the ack (its tracker is not armed for it)"
-    if e.kind == "rank_release":
-        return f"decode rank(s) {fmt(e.info)} release their copy of the pages; other ranks still hold"
-    if e.kind == "xfer_skip":
-        return "transfer skips the chunk (room failed or gone)"
-    return e.kind
+    """How a person reads the event: each event class describes itself."""
+    return e.describe()
 
 
 def _event_in_state(e: Event, s: State) -> str:
     """An event, with who last wrote each foreign page when it is a read."""
-    if e.kind == "read" and e.info[0]:
+    if isinstance(e, ev.Read) and e.foreign:
         who = ", ".join(f"page {p} last written by "
-                        + "/".join(_rid(w) for w in s.d_pages[p].writers) for p in e.info[1])
+                        + "/".join(_rid(w) for w in s.d_pages[p].writers) for p in e.foreign_pages)
         return f"attention reads FOREIGN KV ({who})"
     return event_text(e)
 
@@ -260,18 +210,18 @@ def to_mermaid(meta: dict, steps, states, events, violating_last: bool) -> str:
             out.append("    rect rgb(255, 215, 215)")
         pad = "        " if viol else "    "
         msgs, _ = net_changes(states[i], states[i + 1])
-        arrows = [f"{pad}X->>D: write r{e.rid} KV into pages {fmt(e.info)}"
-                  for e in events[i] if e.kind == "write"]
+        arrows = [f"{pad}X->>D: write r{e.rid} KV into pages {fmt(e.pages)}"
+                  for e in events[i] if isinstance(e, ev.Write)]
         for m in msgs:
             a, b = _lane_of_msg(m)
             arrows.append(f"{pad}{a}->>{b}: {_msg(m, states[i + 1].prefill_ranks)}")
-        arrows += [f"{pad}{LANE_IDS[e.side]}-->>C: r{e.rid} answered {e.info[0]}"
-                   for e in events[i] if e.kind == "stream"]
+        arrows += [f"{pad}{LANE_IDS[e.side]}-->>C: r{e.rid} answered {e.status}"
+                   for e in events[i] if isinstance(e, ev.Stream)]
         if step.action in ("p_intake", "d_intake"):
             arrows.insert(0, f"{pad}C->>{'P' if step.action == 'p_intake' else 'D'}: r{step.rid} "
                              f"({fmt(states[i + 1].p[step.rid].origin_pages if step.action == 'p_intake' else states[i + 1].d[step.rid].origin_pages)} pages after intake)")
         notes = [_event_in_state(e, states[i]) for e in events[i]
-                 if e.kind not in ("stream", "write")]
+                 if not isinstance(e, (ev.Stream, ev.Write))]
         # ';' and '#' end or escape a Mermaid statement: keep them out of labels
         label = (str(step) + (": " + ", ".join(notes) if notes else "")).replace(";", ",")
         label = label.replace("#", "no.")

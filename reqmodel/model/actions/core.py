@@ -10,6 +10,7 @@ import attrs
 
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
+from reqmodel.model.events import Event
 from reqmodel.model.state import (DecodeReq, DRoom, Finish, MetaSlot, Page, PrefillReq, replace,
                                   Room, State)
 
@@ -27,21 +28,6 @@ class Ctx:
     @property
     def abort_status(self) -> Finish:
         return Finish("abort", self.release.client_abort_status)
-
-
-@attrs.frozen(order=True)
-class Event:
-    """Something a step did that a transition property may look at.
-
-    kinds: acquire(resource) | release(resource, held) | send(last, has_metadata)
-    | requeue | door_retire(reentering) | prealloc(aborted) | read(foreign)
-    | late_effect(what) | stream(status)
-    """
-
-    kind: str
-    rid: int
-    side: str
-    info: Tuple = ()
 
 
 Effect = Tuple[State, Tuple[Event, ...]]

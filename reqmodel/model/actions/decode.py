@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from reqmodel.model.events import AckRelease, Acquire, Commit, DoorRetire, PollKeyError, Prealloc, RankRelease, Read, Release, StatusDropped
 from reqmodel.model.actions.core import action, Ctx, Effect, Event, PRANK_ARG, set_d
 from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, notify_abort, receiver_clear,
                                               receiver_fail, receiver_init, receiver_poll, room_id,
@@ -40,7 +41,7 @@ def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
                       or req.retraction_backup)
         s = set_d(s, r, stage=DStage.GONE, door_flag=None,
                   **run_retire_cleanup(c, req, rel.retire_cleanup))
-        evs = (Event("door_retire", r, "decode", (reentering,)),)
+        evs = (DoorRetire(r, "decode", reentering),)
         if "stream" in rel.retire_cleanup:
             s, ev2 = stream_d(s, r, (s.d[r].finished_reason or ABORT_400).status)
             evs += ev2
@@ -54,7 +55,7 @@ def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     latched = polled if polled in (KVPoll.Failed, KVPoll.Success) else KVPoll.WaitingForInput
     s = set_d(s, r, stage=DStage.PREALLOC, has_receiver=True,
               receiver_state=latched, notified=(), held=())
-    return s, (Event("acquire", r, "decode", ("receiver",)),)
+    return s, (Acquire(r, "decode", "receiver"),)
 
 
 def _prealloc_drop(c, s, r):
@@ -189,8 +190,8 @@ def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
                         rank=k, prank=q))
     if req.rebootstrap:  # submit_prefill_recompute (dc 21:1748-1752)
         s = send(s, Msg("recompute", r))
-    return s, (Event("prealloc", r, "decode", (is_aborted(req),)),
-               Event("acquire", r, "decode", ("kv",)))
+    return s, (Prealloc(r, "decode", is_aborted(req)),
+               Acquire(r, "decode", "kv"))
 
 
 def clear_checksum(c: Ctx, slot: MetaSlot) -> Optional[Tuple]:
@@ -279,8 +280,7 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
             # info: the room the commit check compared against, and (history)
             # the (prefill rank, request) of each Success report counted, and
             # how many prefill ranks must report
-            return s, (Event("commit", r, "decode",
-                             (room_id(c, r), counted, c.scenario.prefill.ranks)),)
+            return s, (Commit(r, "decode", room_id(c, r), counted, c.scenario.prefill.ranks),)
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=refused,
                   cache_handle=False, session_slot=False)
         return stream_d(s, r, refused.status)
@@ -297,7 +297,7 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, cache_handle=False, session_slot=False)
         return s, evs
     if len(holders) < c.scenario.decode.ranks:  # the other ranks release now
-        evs += (Event("rank_release", r, "decode", tuple(k for k in all_ranks(c) if k not in holders)),)
+        evs += (RankRelease(r, "decode", tuple(k for k in all_ranks(c) if k not in holders)),)
     s = set_d(s, r, stage=DStage.HELD, held=holders)
     s, ev2 = resolve_held(c, s, r)
     return s, evs + ev2
@@ -326,7 +326,7 @@ def d_drop_late_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
     cc 19:365-373).  Once a later request of the room has its receiver, the
     same message counts as that request's."""
     q = prank_of(arg)
-    return consume(s, own_msg(s, "status", r, q)), (Event("status_dropped", r, "decode", ()),)
+    return consume(s, own_msg(s, "status", r, q)), (StatusDropped(r, "decode"),)
 
 
 def _status_popped(c, s, r):
@@ -345,7 +345,7 @@ def d_poll_popped_room(c: Ctx, s: State, r: int, arg=()) -> Effect:
     scheduler's loop dies.  The model records the crash and fails the
     request so the search can go on; ``no-poll-of-popped-room`` flags it."""
     s = set_d(s, r, receiver_state=KVPoll.Failed)
-    return s, (Event("poll_keyerror", r, "decode", ()),)
+    return s, (PollKeyError(r, "decode"),)
 
 
 def _d_digest(c: Ctx, s: State, r: int) -> Tuple:
@@ -375,7 +375,7 @@ def d_attend(c: Ctx, s: State, r: int, arg=()) -> Effect:
     foreign = tuple(p for p in req.pages if s.d_pages[p].foreign_to(r))
     s = set_d(s, r, stage=DStage.RUNNING, expected_checksum=None,
               read_foreign=req.read_foreign or bool(foreign))
-    return s, (Event("read", r, "decode", (bool(foreign), foreign)),)
+    return s, (Read(r, "decode", foreign),)
 
 
 def _running(c, s, r):
@@ -407,7 +407,7 @@ def d_retract(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = d_release(c, s, r)
     s = set_d(s, r, stage=DStage.DOOR, door_flag="retracted", is_retracted=True,
               retraction_backup=True, was_retracted=True)
-    return s, (Event("release", r, "decode", ("kv", True)),)
+    return s, (Release(r, "decode", "kv", True),)
 
 
 def _resumable(c, s, r):
@@ -432,7 +432,7 @@ def d_resume(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = replace(s, d_pages=tuple(pages))
     s = set_d(s, r, stage=DStage.WAITING, pages=tuple(chosen), prefix_pages=0,
               retraction_backup=False, is_retracted=False)
-    return s, (Event("acquire", r, "decode", ("kv",)),)
+    return s, (Acquire(r, "decode", "kv"),)
 
 
 def _pausable(c, s, r):
@@ -449,7 +449,7 @@ def d_pause_retract(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = d_release(c, s, r)
     s = set_d(s, r, stage=DStage.DOOR, door_flag="rebootstrap", is_retracted=True,
               rebootstrap=True, was_retracted=True, read_foreign=False)
-    return s, (Event("release", r, "decode", ("kv", True)),)
+    return s, (Release(r, "decode", "kv", True),)
 
 
 def _recompute_requested(c, s, r):
@@ -493,11 +493,10 @@ def resolve_held(c: Ctx, s: State, r: int, tracker: Optional[DRoom] = None) -> E
     if not ready or (c.release.release_reduced and len(ready) < len(req.held)):
         return s, ()
     # history: whose ABORT the acks that free this hold answered
-    evs = (Event("ack_release", r, "decode",
-                 tuple(sorted({o for k, _, o in tracker.acked if k in ready}))),)
+    evs = (AckRelease(r, "decode", tuple(sorted({o for k, _, o in tracker.acked if k in ready}))),)
     held = tuple(k for k in req.held if k not in ready)
     if held:
-        return set_d(s, r, held=held), evs + (Event("rank_release", r, "decode", ready),)
+        return set_d(s, r, held=held), evs + (RankRelease(r, "decode", ready),)
     s, ev2 = do_release(c, s, r, on_ack=True)
     return s, evs + ev2
 
@@ -509,4 +508,4 @@ def do_release(c: Ctx, s: State, r: int, on_ack: bool) -> Effect:
     s = set_d(d_release(c, s, r), r, stage=DStage.GONE, held=(),
               released_on_ack=on_ack, cache_handle=False, session_slot=False)
     s = set_d_room(c, s, r, armed=(), acked=())
-    return s, (Event("release", r, "decode", ("kv", True)),)
+    return s, (Release(r, "decode", "kv", True),)

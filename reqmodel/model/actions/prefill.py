@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Tuple
 
 from reqmodel.model import guards as g
+from reqmodel.model.events import Acquire, DoorRetire, LateEffect, Release, Requeue, Send
 from reqmodel.model.actions.core import action, CHANNEL_ARG, Ctx, Effect, Event, pranks, set_p
 from reqmodel.model.actions.kvmanager import (failure_exception, room_of, sender_abort,
                                               sender_clear, sender_poll, set_room, takes_chunks,
@@ -36,7 +37,7 @@ def p_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     if rel.prefill_door(req):
         reentering = req.is_retracted or req.holds_kv or req.holds_metadata
         s = set_p(s, r, stage=PStage.GONE, **run_retire_cleanup(c, req, rel.retire_cleanup))
-        evs = (Event("door_retire", r, "prefill", (reentering,)),)
+        evs = (DoorRetire(r, "prefill", reentering),)
         if "stream" in rel.retire_cleanup:
             s, ev2 = stream_p(s, r, (s.p[r].finished_reason or ABORT_400).status)
             evs += ev2
@@ -49,7 +50,7 @@ def p_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = set_p(s, r, stage=PStage.BOOTSTRAP, has_sender=True, pending_bootstrap=True)
     for q in pranks(c):  # one sender per prefill rank
         s = update_status(c, s, r, KVPoll.Bootstrapping, q)
-    return s, (Event("acquire", r, "prefill", ("sender",)),)
+    return s, (Acquire(r, "prefill", "sender"),)
 
 
 def _metadata_arrived(c, s, r):
@@ -115,11 +116,11 @@ def finalize_bootstrap(c: Ctx, s: State, r: int) -> Effect:
     ``start_send_idx = decode_prefix_len``; ``sender.init(ceil((len(origin) -
     prefix)/page), idx)``; ``pending_bootstrap=False``."""
     req = s.p[r]
-    evs = () if req.holds_metadata else (Event("acquire", r, "prefill", ("metadata",)),)
+    evs = () if req.holds_metadata else (Acquire(r, "prefill", "metadata"),)
     prefix = room_of(c, s, r).prefix
     s = set_p(s, r, holds_metadata=True, pending_bootstrap=False,
               send_pages=max(req.origin_pages - prefix, 0), sent=max(req.sent, prefix))
-    return s, evs + (Event("acquire", r, "prefill", ("init",)),)
+    return s, evs + (Acquire(r, "prefill", "init"),)
 
 
 @action("prefill", guard=_bootstrap_ready)
@@ -134,7 +135,7 @@ def p_pop_bootstrapped(c: Ctx, s: State, r: int, arg=()) -> Effect:
     if poll == KVPoll.WaitingForInput:
         s, evs = finalize_bootstrap(c, s, r)
         return set_p(s, r, stage=PStage.WAITING), evs
-    evs = () if s.p[r].holds_metadata else (Event("acquire", r, "prefill", ("metadata",)),)
+    evs = () if s.p[r].holds_metadata else (Acquire(r, "prefill", "metadata"),)
     return set_p(s, r, stage=PStage.WAITING, holds_metadata=True), evs
 
 
@@ -198,9 +199,9 @@ def p_forward(c: Ctx, s: State, r: int, arg=()) -> Effect:
     stage = PStage.CHUNKED if end < req.origin_pages else PStage.FORWARDED
     s = set_p(s, r, kv_pages=req.kv_pages + n, extend_end=end, stage=stage,
               holds_mamba=c.scenario.hybrid_mamba, results_due=req.results_due + (end,))
-    evs = (Event("acquire", r, "prefill", ("forward",)),)
+    evs = (Acquire(r, "prefill", "forward"),)
     if not req.holds_kv:
-        evs += (Event("acquire", r, "prefill", ("kv",)),)
+        evs += (Acquire(r, "prefill", "kv"),)
     return s, evs
 
 
@@ -266,7 +267,7 @@ def send_kv_chunk(c: Ctx, s: State, r: int, end: int) -> Effect:
     for q in pranks(c):  # every prefill rank's sender sends its own heads
         if takes_chunks(room_of(c, s, r, q)):
             s = send(s, Msg("chunk", r, pages=(start - prefix, end - prefix), last=last, prank=q))
-    return s, (Event("send", r, "prefill", (last, req.holds_metadata)),)
+    return s, (Send(r, "prefill", last, req.holds_metadata),)
 
 
 def optimistic_release_and_requeue(c: Ctx, s: State, r: int) -> Effect:
@@ -285,7 +286,7 @@ def optimistic_release_and_requeue(c: Ctx, s: State, r: int) -> Effect:
         if c.release.requeue_fallback_frees_metadata:
             fields.update(holds_metadata=False)
     s = set_p(s, r, **fields)
-    return s, evs + (Event("requeue", r, "prefill", ()),)
+    return s, evs + (Requeue(r, "prefill"),)
 
 
 def retire_aborted_prefill_result(c: Ctx, s: State, r: int) -> Tuple[State, Tuple[Event, ...], bool]:
@@ -350,16 +351,16 @@ def p_result(c: Ctx, s: State, r: int, arg=()) -> Effect:
                 evs += ev2
         else:
             # output token, maybe_cache_unfinished_req (pf 19:762): needs ownership
-            evs = (Event("release", r, "prefill", ("cache", req.holds_kv or req.holds_mamba)),)
+            evs = (Release(r, "prefill", "cache", req.holds_kv or req.holds_mamba),)
             s = set_p(s, r, stage=PStage.INFLIGHT)
             if not req.pending_bootstrap:
                 s, ev2 = send_kv_chunk(c, s, r, end)
                 evs += ev2
-            evs += (Event("acquire", r, "prefill", ("inflight",)),)
+            evs += (Acquire(r, "prefill", "inflight"),)
     if was_gone:
         side = tuple(e for e in evs if e.kind in ("send", "acquire", "requeue", "release"))
         if side:
-            evs += (Event("late_effect", r, "prefill", tuple(sorted({e.kind for e in side}))),)
+            evs += (LateEffect(r, "prefill", tuple(sorted({e.kind for e in side}))),)
     return s, evs
 
 

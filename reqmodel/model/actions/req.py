@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+from reqmodel.model.events import Release, Stream
 from reqmodel.model.actions.core import Ctx, Event, set_d, set_p
 from reqmodel.model.state import ABORT_400, State
 
@@ -18,7 +19,7 @@ def p_release_kv(s: State, r: int, unconditional: bool) -> Tuple[State, Tuple[Ev
     ``supports_mamba()`` there, memc 19:254-263)."""
     req = s.p[r]
     held = req.holds_kv or req.holds_mamba
-    evs = (Event("release", r, "prefill", ("kv", held)),) if (held or unconditional) else ()
+    evs = (Release(r, "prefill", "kv", held),) if (held or unconditional) else ()
     return set_p(s, r, kv_pages=0, holds_mamba=False), evs
 
 
@@ -30,14 +31,14 @@ def p_free_metadata(s: State, r: int) -> State:
 def stream_p(s: State, r: int, status: int) -> Tuple[State, Tuple[Event, ...]]:
     req = s.p[r]
     s = set_p(s, r, answer=status if req.answer is None else req.answer)
-    return s, (Event("stream", r, "prefill", (status,)),)
+    return s, (Stream(r, "prefill", status),)
 
 
 def stream_d(s: State, r: int, status: int, own: Optional[bool] = None) -> Tuple[State, Tuple[Event, ...]]:
     req = s.d[r]
     if req.answer is None:
         s = set_d(s, r, answer=status, own_data=own)
-    return s, (Event("stream", r, "decode", (status,)),)
+    return s, (Stream(r, "decode", status),)
 
 
 def promote(req) -> dict:

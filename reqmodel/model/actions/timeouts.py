@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
+from reqmodel.model.events import AckDropped
 from reqmodel.model.actions.core import (action, CHANNEL_ARG, Ctx, Effect, Event, pranks, RANK_ARG,
                                          set_d)
 from reqmodel.model.actions.decode import do_release, resolve_held
@@ -82,7 +83,7 @@ def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
     counted = k in armed and (not c.release.ack_generations
                               or (msg.gen != 0 and armed[k] == msg.gen))
     if not counted:
-        return s, (Event("ack_dropped", r, "decode", (k,)),)
+        return s, (AckDropped(r, "decode", k),)
     if q not in t.acked_by(k):  # the tracker is a set of prefill ranks
         s = set_d_room(c, s, r, acked=tuple(sorted(t.acked + ((k, q, r),))))
     # every held entry is judged on the tracker as it is now, before any of

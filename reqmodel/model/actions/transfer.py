@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
+from reqmodel.model.events import Write, XferSkip
 from reqmodel.model.actions.core import action, CHANNEL_ARG, Ctx, Effect, Event, PRANK_ARG, pranks
 from reqmodel.model.actions.kvmanager import (maybe_ack_drained, outstanding, pop_transfer_infos,
                                               record_failure, register_ack_target, room_id, room_of,
@@ -57,7 +58,7 @@ def xfer_dequeue(c: Ctx, s: State, r: int, arg=()) -> Effect:
     room = room_of(c, s, r, q)
     if not takes_chunks(room):
         s = set_room(c, s, r, q=q, outstanding=0)
-        return maybe_ack_drained(c, s, r, q), (Event("xfer_skip", r, "transfer", ()),)
+        return maybe_ack_drained(c, s, r, q), (XferSkip(r, "transfer"),)
     s = set_room(c, s, r, q=q, outstanding=room.outstanding + 1)
     a, b = msg.pages
     checksum, covered = None, 0
@@ -79,7 +80,7 @@ def land_write(s: State, r: int, pages: Tuple[int, ...], q: int) -> Effect:
     new = list(s.d_pages)
     for pg in pages:
         new[pg] = new[pg].with_slice(q, r)
-    return replace(s, d_pages=tuple(new)), (Event("write", r, "transfer", pages),)
+    return replace(s, d_pages=tuple(new)), (Write(r, "transfer", pages),)
 
 
 @action("transfer", guard=_write_in_flight, choices=lambda c, s, r: prank_args(c, own_ranks(s, "write", r)),
