@@ -12,6 +12,7 @@ from reqmodel.model import properties
 from reqmodel.model import releases
 from reqmodel.model import scenario
 from reqmodel.model.scenario import from_dict
+from reqmodel.model import ackpolicy
 
 DRAIN = properties.CATALOG["drain-ack-reaches-every-rank"]
 RELEASED = properties.CATALOG["drain-ack-releases-hold"]
@@ -41,7 +42,7 @@ def test_per_endpoint_targets_reach_every_rank():
     assert reached == "holds" and length == 11  # "holds" = reached, for a reachability property
 
 
-@pytest.mark.parametrize("rule", ["last", "fan-out"])
+@pytest.mark.parametrize("rule", [ackpolicy.LAST, ackpolicy.FAN_OUT], ids=lambda p: p.name)
 def test_weaker_target_rules_strand_a_rank(rule):
     rel = attrs.evolve(releases.get("0.5.22"), ack_targets=rule, new_room_drops_acks=False,
                        ack_generations=False, poison_failed_rooms=False)
@@ -54,7 +55,7 @@ def test_clear_dropping_the_target_strands_the_rank():
     rel = releases.get("0.5.19")
     assert verdict(rel, CLIENT_ABORT) == ("violated", 16)
     keep = attrs.evolve(releases.get("0.5.20"), clear_drops_ack_target=False,
-                        ack_targets="per-endpoint")
+                        ack_targets=ackpolicy.PER_ENDPOINT)
     assert verdict(keep, CLIENT_ABORT)[0] == "holds"
 
 
@@ -68,7 +69,7 @@ def test_waiting_timeout_that_never_arms_drops_the_ack():
     rel = releases.get("0.5.19")
     assert verdict(rel, one_rank) == ("violated", 8)
     armed = attrs.evolve(rel, arm_before_send=True, clear_drops_ack_target=False,
-                         ack_targets="per-endpoint")
+                         ack_targets=ackpolicy.PER_ENDPOINT)
     assert verdict(armed, one_rank)[0] == "holds"
 
 
@@ -83,3 +84,22 @@ def test_ranks_are_bounded_for_exhaustive_search():
     with pytest.raises(scenario.ScenarioError, match="ranks must be 1..2"):
         from_dict({"name": "x", "prompt_pages": [1], "prefill": {"pool_pages": 1},
                    "decode": {"pool_pages": 1, "ranks": 3}})
+
+
+def test_each_ack_policy_decides_in_one_place():
+    """The three variants the releases have, as values: which ABORTs register
+    a target, and whether an unregistered one on a drained room is acked."""
+    from reqmodel.model.state import Room
+    last, fan, per = ackpolicy.LAST, ackpolicy.FAN_OUT, ackpolicy.PER_ENDPOINT
+    assert [releases.get(r).ack_targets for r in releases.NAMES] == [last, last, fan, per, per]
+    # an inactive room with a chunk outstanding: only 0.5.21's rule registers
+    assert (last.registers(0, False, True, False), fan.registers(0, False, True, False)) == (False, True)
+    # 0.5.22+: a generation registers whatever the room's state; no ack at once
+    assert per.registers(3, False, False, True) and not per.acks_at_once
+    room = Room(ack_to=((0, 1, 0),), peers=(0, 1))
+    assert last.register(room, 1, 0, 2) == ((1, 0, 2),)
+    assert fan.register(room, 1, 0, 2) == ((1, 0, 2), (0, 0, 2))
+    assert per.register(room, 1, 2, 2) == ((0, 1, 0), (1, 2, 2))
+    assert per.register(attrs.evolve(room, poisoned=True), 1, 2, 2) is None
+    assert fan.on_drain(room) == {0: (1, 0), 1: (0, 0)}
+    assert last.on_drain(room) == {0: (1, 0)}

@@ -184,3 +184,4 @@ def test_shared_explorations_give_the_same_cases():
     own = cases_mod.from_builtin(rel, names)
     shared = cases_mod.from_builtin(rel, names, states_of=shared_states("0.5.21"))
     assert list(own.cases.values()) == list(shared.cases.values())
+

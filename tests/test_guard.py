@@ -166,8 +166,9 @@ def test_a_proposal_checked_by_z3_gets_the_exhaustive_engines_changes():
     check says, and breaks none."""
     prop = proposal.load(str(EX / "pr38935-on-0.5.20.py"))
     scs = [scenario.builtin(s) for s in ("both-reject", "decode-reject")]
+    from reqmodel.engines.base import ENGINES
     z3_rows = guardcheck.compare(prop, scs, properties.select([]), pathlib.Path("unused"),
-                                 engine="z3", depth=12)
+                                 ENGINES["z3"](depth=12))
     _, ex_rows, _ = check("pr38935-on-0.5.20", ["both-reject", "decode-reject"])
     assert {(r.scenario, r.property): r.change for r in z3_rows} == {
         k: r.change for k, r in ex_rows.items()}

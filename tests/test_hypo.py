@@ -171,3 +171,20 @@ def test_an_event_can_be_armed_again_after_it_fires():
             assert progress < m._timers[("xfer_fail", 0)] <= progress + hypo.EVENT_HORIZON + 1
         else:
             assert ("xfer_fail", 0) not in m._timers
+
+
+def test_the_private_hypothesis_api_the_engine_uses_is_there():
+    """Every private access is in engines/hypothesis/shim.py; the installed
+    Hypothesis must still have each of them."""
+    from reqmodel.engines.hypothesis import shim
+    assert shim.missing() == []
+
+
+def test_constant_injection_is_off_inside_the_shim_and_restored_after():
+    from hypothesis.internal.conjecture import providers
+    from reqmodel.engines.hypothesis import shim
+    before = providers.HypothesisProvider._maybe_draw_constant
+    with shim.no_constant_injection():
+        assert providers.HypothesisProvider._maybe_draw_constant is not before
+        assert providers.HypothesisProvider._maybe_draw_constant(None) is None
+    assert providers.HypothesisProvider._maybe_draw_constant is before

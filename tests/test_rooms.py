@@ -19,6 +19,7 @@ from reqmodel.model import scenario
 from reqmodel.model.actions import Ctx, Step, apply, initial_state
 from reqmodel.model.scenario import ScenarioError, from_dict
 from reqmodel.model.state import KVPoll, Msg, PStage
+from reqmodel.model.ackpolicy import PER_ENDPOINT
 
 ROOM_REUSE = scenario.builtin("room-reuse")
 ACK = properties.CATALOG["ack-belongs-to-its-hold"]
@@ -98,7 +99,7 @@ def test_a_stale_ack_counts_for_the_later_request_until_generations():
     release with 0.5.22's generation-tagged acks and per-endpoint targets."""
     rel = releases.get("0.5.21")
     assert verdict(rel, ONE_PAGE, ACK) == ("violated", 14)
-    tagged = attrs.evolve(rel, ack_generations=True, ack_targets="per-endpoint")
+    tagged = attrs.evolve(rel, ack_generations=True, ack_targets=PER_ENDPOINT)
     assert verdict(tagged, ONE_PAGE, ACK)[0] == "holds"
     assert verdict(releases.get("0.5.22"), ONE_PAGE, ACK)[0] == "holds"
 

@@ -5,7 +5,7 @@ import sys
 from reqmodel.model import properties
 from reqmodel.model import releases
 from reqmodel.model import scenario
-from reqmodel.engines.check import run
+from reqmodel.engines.base import Exhaustive, run
 
 SHORT = {"holds": "H", "violated": "F", "not-applicable": "n/a"}
 
@@ -17,7 +17,7 @@ def main() -> None:
     print("|---|---|" + "---|" * len(rels))
     for name in scenario.builtin_names():
         sc = scenario.builtin(name)
-        results = run(rels, [sc], props, out=None)
+        results = run(Exhaustive(), rels, [sc], props, out=None)
         for p in props:
             cells = []
             for r in rels:

@@ -18,7 +18,7 @@ from rich.table import Table
 from reqmodel.model import properties as props_mod
 from reqmodel.model import releases as rel_mod
 from reqmodel.model import scenario as sc_mod
-from reqmodel.engines.check import run
+from reqmodel.engines.base import ENGINES, EngineInputError, NetBoundError, run
 from reqmodel.engines.exhaustive import BoundExceeded, DEFAULT_MAX_STATES
 from reqmodel.traces.itf import TraceFileError
 
@@ -29,10 +29,11 @@ class UserError(Exception):
 
 from reqmodel.proposals.proposal import ProposalError  # noqa: E402
 from reqmodel.conform import ConformError  # noqa: E402
+from reqmodel.model.properties import Kind
 
 _USER_ERRORS = (UserError, sc_mod.ScenarioError, rel_mod.ReleaseError,
                 props_mod.PropertyError, TraceFileError, BoundExceeded, ProposalError,
-                ConformError)
+                ConformError, EngineInputError)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,8 +60,8 @@ def _console() -> Console:
 
 
 # --engine z3: the default and largest --depth (the cost grows steeply with it)
-Z3_DEFAULT_DEPTH = 12
-Z3_MAX_DEPTH = 60
+Z3_DEFAULT_DEPTH = ENGINES["z3"].DEFAULT_DEPTH
+Z3_MAX_DEPTH = ENGINES["z3"].MAX_DEPTH
 
 _CELL = {"holds": "[green]holds[/]", "violated": "[bold red]violated[/]",
          "not-applicable": "[dim]n/a[/]"}
@@ -72,15 +73,15 @@ _BOUNDED = {"holds-to-depth": "[green]holds[/] to depth {}",
 
 def _cell(r) -> str:
     if getattr(r, "proved", False):
-        return "[green]proved[/]" if r.kind == "always" else "[bold red]unreachable[/] (proved)"
+        return "[green]proved[/]" if r.kind == Kind.ALWAYS else "[bold red]unreachable[/] (proved)"
     if r.verdict in _BOUNDED:
         return _BOUNDED[r.verdict].format(r.depth)
     text = _CELL[r.verdict]
     if r.trace_length is not None:
         text += f" ({r.trace_length})"
-    if r.kind == "sometimes" and r.verdict == "violated":
+    if r.kind == Kind.SOMETIMES and r.verdict == "violated":
         text = "[bold red]unreachable[/]"
-    elif r.kind == "sometimes" and r.verdict == "holds":
+    elif r.kind == Kind.SOMETIMES and r.verdict == "holds":
         text = f"[green]reachable[/] ({r.trace_length})"
     return text
 
@@ -94,7 +95,7 @@ def _cell(r) -> str:
               type=click.Path(dir_okay=False), help="A scenario TOML file.")
 @click.option("--property", "prop_names", multiple=True,
               help="Check only this property (repeatable; default: the whole catalog).")
-@click.option("--engine", type=click.Choice(["exhaustive", "hypothesis", "z3"]),
+@click.option("--engine", type=click.Choice(list(ENGINES)),
               default="exhaustive", show_default=True, help="Checking engine.")
 @click.option("--depth", type=int, default=None,
               help=f"z3: the most steps searched (default {Z3_DEFAULT_DEPTH}, at most {Z3_MAX_DEPTH}).")
@@ -138,34 +139,24 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
     props = props_mod.select(prop_names)
     console = Console(stderr=True)
 
-    def progress(sc, rel, ex):
+    def progress(sc, rel, pair):
         if as_json:
             return
-        if ex is None:
+        if engine == "exhaustive":
+            console.print(f"[dim]{sc.name} on {rel.name}: {pair[0].states:,} states, "
+                          f"{pair[0].seconds:.2f} s[/]")
+        else:
             what = f"z3 to depth {depth}" if engine == "z3" else f"hypothesis ({hprofile})"
             console.print(f"[dim]{sc.name} on {rel.name}: {what} done[/]")
-        else:
-            console.print(f"[dim]{sc.name} on {rel.name}: {ex.states:,} states, "
-                          f"{ex.seconds:.2f} s[/]")
 
-    if engine == "hypothesis":
-        from reqmodel.engines.check import run_hypothesis
-        results = run_hypothesis(releases, scenarios, props, pathlib.Path(out), hprofile,
-                                 progress=progress, write_witnesses=witnesses)
-    elif engine == "z3":
-        from reqmodel.engines.z3 import bmc
-        from reqmodel.engines.z3 import action_paths as symexec
-        from reqmodel.engines.check import run_z3
-        try:
-            results = run_z3(releases, scenarios, props, pathlib.Path(out), depth, max_net,
-                             progress=progress, write_witnesses=witnesses, seconds=z3_seconds)
-        except symexec.NetBound as e:
-            raise UserError(f"{e}: raise --max-net")
-        except bmc.TooManyPaths as e:
-            raise UserError(str(e))
-    else:
-        results = run(releases, scenarios, props, pathlib.Path(out), max_states=max_states,
+    options = {"exhaustive": dict(max_states=max_states), "hypothesis": dict(profile=hprofile),
+               "z3": dict(depth=depth, max_net=max_net, seconds=z3_seconds)}[engine]
+    checker = ENGINES[engine](**options)
+    try:
+        results = run(checker, releases, scenarios, props, pathlib.Path(out),
                       progress=progress, write_witnesses=witnesses)
+    except NetBoundError as e:
+        raise UserError(f"{e}: raise --max-net")
     if as_json:
         click.echo(json.dumps({"results": [r.as_json() for r in results]}, indent=1))
         return
@@ -230,7 +221,7 @@ def replay_cmd(trace_file, release, guards, as_json) -> None:
         st = loaded.steps[out.first_disabled_step - 1]
         head += f"; step {out.first_disabled_step} {st} is not enabled"
     click.echo(head)
-    if loaded.property.kind == "sometimes":
+    if loaded.property.kind == Kind.SOMETIMES:
         click.echo("good state reached" if not out.violated else "good state NOT reached")
     elif out.violated:
         click.echo(f"VIOLATED at step {out.violated_at}")
@@ -254,7 +245,7 @@ def show_cmd(trace_file, fmt, guards) -> None:
     if out.first_disabled_step is not None:
         raise UserError(f"{trace_file}: step {out.first_disabled_step} does not replay on "
                         f"{out.release}; use 'reqmodel replay' to investigate")
-    violating = loaded.property.kind == "always" and out.violated
+    violating = loaded.property.kind == Kind.ALWAYS and out.violated
     rows = render.rows(loaded.steps, out.states, out.events, violating)
     if fmt == "markdown":
         click.echo(render.to_markdown(loaded.meta, rows), nl=False)
@@ -358,15 +349,12 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, depth
     pending: list = []
     rows, costs = [], {}
     if not unchanged:
-        from reqmodel.engines.z3 import bmc
-        from reqmodel.engines.z3 import action_paths as symexec
+        checker = (ENGINES["z3"](depth=depth) if engine == "z3"
+                   else ENGINES["exhaustive"](max_states=max_states))
         try:
-            rows = guardcheck.compare(prop, scenarios, props, outdir, max_states=max_states,
-                                      pending=pending, engine=engine, depth=depth)
-        except symexec.NetBound as e:
+            rows = guardcheck.compare(prop, scenarios, props, outdir, checker, pending=pending)
+        except NetBoundError as e:
             raise UserError(f"{e}: this scenario needs the exhaustive engine")
-        except bmc.TooManyPaths as e:
-            raise UserError(str(e))
         costs = {} if no_cost else guardcheck.cost(prop, scenarios, max_states=max_states)
         guardcheck.write(pending)  # only once everything ran
     if as_json:

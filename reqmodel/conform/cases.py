@@ -26,16 +26,15 @@ from reqmodel.model import actions
 from reqmodel.engines import exhaustive as explore
 from reqmodel.model import scenario as scenario_mod
 from reqmodel.model import events as ev
-from reqmodel.model.actions import BY_NAME, Ctx
+from reqmodel.model.actions import ACTIONS, BY_NAME, Ctx
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
 from reqmodel.model.state import DStage, KVPoll, PStage, State
 
 PAGE = 16
-# model action -> seam driven in the real code (adapter.SEAMS)
-SEAMS = {"p_intake": "intake", "d_intake": "intake", "p_door": "prefill_door",
-         "d_door": "decode_door", "p_result": "prefill_result",
-         "p_inflight": "prefill_inflight"}
+# model action -> seam driven in the real code (adapter.SEAMS), as each
+# action declares it in @action(seam=...)
+SEAMS = {a.name: a.seam for a in ACTIONS if a.seam is not None}
 
 
 def tokens(pages: int) -> int:
@@ -70,91 +69,106 @@ def _dump(d: dict) -> str:
     return json.dumps(d, sort_keys=True)
 
 
-def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
-    """(inputs, prediction) for firing ``name`` on request ``r`` in state ``s``,
-    or None when the seam is not driven for it (see notes/conformance.md)."""
-    sc = ctx.scenario
-    nxt, evs = BY_NAME[name].effect(ctx, s, r, ())
+@attrs.frozen
+class Fired:
+    """One seam step, fired on request ``r`` in state ``s``: what an encoder reads."""
 
-    def count(cls: type, resource: Optional[str] = None) -> int:
+    ctx: Ctx
+    s: State
+    r: int
+    worker: str  # the action's worker
+    nxt: State
+    evs: tuple
+
+    def count(self, cls: type, resource: Optional[str] = None) -> int:
         """Events of request ``r`` of this class (and resource)."""
-        return sum(1 for e in evs if e.rid == r and isinstance(e, cls)
+        return sum(1 for e in self.evs if e.rid == self.r and isinstance(e, cls)
                    and (resource is None or e.resource == resource))
 
-    retired, streamed = count(ev.DoorRetire), count(ev.Stream)
-    if name in ("p_intake", "d_intake"):
-        w = sc.prefill if name == "p_intake" else sc.decode
-        post = nxt.p[r] if name == "p_intake" else nxt.d[r]
-        inputs = {"req": {"tokens": tokens(sc.prompt_pages[r])},
-                  "limit_tokens": limit_tokens(w.intake_limit_pages),
-                  "auto_truncate": w.auto_truncate}
-        return inputs, {"pages": post.origin_pages, "to_finish": kind(post.to_finish),
-                        "finished_reason": kind(post.finished_reason)}
-    if name == "p_result":
-        pre, post = s.p[r], nxt.p[r]
-        # the oldest result due, with something left to send (send_kv_chunk
-        # is a spy: its early return when nothing is left is not driven)
-        end, rest = pre.results_due[0], pre.results_due[1:]
-        if pre.sent >= end:
-            return None
-        inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=pre.holds_metadata,
-                              retraction_backup=False, pending_bootstrap=pre.pending_bootstrap,
-                              sender=pre.has_sender),
-                  "buffers": sc.prefill.metadata_buffers}
-        if end < pre.origin_pages:  # a middle chunk
-            still = pre.stage is PStage.CHUNKED or pre.origin_pages in rest
-            inputs.update(middle_chunks=pre.inflight_middle_chunks, still_chunking=still,
-                          end_tokens=tokens(end), attempts=sc.optimistic_prefill_attempts,
-                          attempts_used=sc.optimistic_prefill_attempts - pre.requeues_left)
-            # the tree-cache insert before a requeue's release is not modelled
-            # (notes/conformance.md): `cached` is not compared on middle results
-            expect = {"requeued": (("waiting" if post.stage is PStage.WAITING else "bootstrap")
-                                   if count(ev.Requeue) else None),
-                      "pending_bootstrap": post.pending_bootstrap,
-                      "is_retracted": post.is_retracted}
-        elif rest:
-            return None
-        else:
-            expect = {"cached": count(ev.Release, "cache")}
-        return inputs, dict(
-            expect, inflight=post.stage is PStage.INFLIGHT, sent=count(ev.Send),
-            sender_aborted=int(post.concluded != pre.concluded
-                               and post.concluded is KVPoll.Failed),
-            kv_released=count(ev.Release, "kv"), buffer_freed=_freed(pre, post),
-            streamed=streamed, to_finish=kind(post.to_finish),
-            finished_reason=kind(post.finished_reason))
-    if name == "p_inflight":
-        pre, post = s.p[r], nxt.p[r]
-        poll = actions.kvmanager.sender_poll(ctx, s, r)
-        parked_ok = (KVPoll.WaitingForInput, KVPoll.Failed)
-        if (poll not in parked_ok if pre.pending_bootstrap
-                else poll not in (KVPoll.Success, KVPoll.Failed)):
-            return None
-        if pre.pending_bootstrap and (actions.kvmanager.room_of(ctx, s, r).prefix
-                                      or pre.sent >= pre.extend_end):
-            return None  # a decode prefix hit, or nothing to send: not driven
-        inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=pre.holds_metadata,
-                              retraction_backup=False, pending_bootstrap=pre.pending_bootstrap),
-                  "buffers": sc.prefill.metadata_buffers, "poll": poll.name}
-        return inputs, {
-            "left_queue": post.stage is not PStage.INFLIGHT,
-            "kv_released": count(ev.Release, "kv"), "buffer_freed": _freed(pre, post),
-            "streamed": streamed, "sender_init": count(ev.Acquire, "init"),
-            "sent": count(ev.Send),
-            "pending_bootstrap": post.pending_bootstrap,
-            "to_finish": kind(post.to_finish), "finished_reason": kind(post.finished_reason)}
-    if name == "p_door":
-        pre, post = s.p[r], nxt.p[r]
-        inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=pre.holds_metadata,
-                              retraction_backup=False),
-                  "pool_tokens": tokens(sc.prefill.pool_pages),
-                  "limit_tokens": limit_tokens(sc.prefill.intake_limit_pages),
-                  "buffers": sc.prefill.metadata_buffers}
-        return inputs, {"queued": post.stage is PStage.BOOTSTRAP, "sender": post.has_sender,
-                        "retired": retired, "streamed": streamed,
-                        "to_finish": kind(post.to_finish),
-                        "finished_reason": kind(post.finished_reason)}
-    pre, post = s.d[r], nxt.d[r]
+
+def _finish(post) -> dict:
+    return {"to_finish": kind(post.to_finish), "finished_reason": kind(post.finished_reason)}
+
+
+def _intake(f: Fired):
+    sc, r = f.ctx.scenario, f.r
+    on_prefill = f.worker == "prefill"
+    w = sc.prefill if on_prefill else sc.decode
+    post = f.nxt.p[r] if on_prefill else f.nxt.d[r]
+    inputs = {"req": {"tokens": tokens(sc.prompt_pages[r])},
+              "limit_tokens": limit_tokens(w.intake_limit_pages),
+              "auto_truncate": w.auto_truncate}
+    return inputs, {"pages": post.origin_pages, **_finish(post)}
+
+
+def _prefill_result(f: Fired):
+    sc, pre, post = f.ctx.scenario, f.s.p[f.r], f.nxt.p[f.r]
+    # the oldest result due, with something left to send (send_kv_chunk
+    # is a spy: its early return when nothing is left is not driven)
+    end, rest = pre.results_due[0], pre.results_due[1:]
+    if pre.sent >= end:
+        return None
+    inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=pre.holds_metadata,
+                          retraction_backup=False, pending_bootstrap=pre.pending_bootstrap,
+                          sender=pre.has_sender),
+              "buffers": sc.prefill.metadata_buffers}
+    if end < pre.origin_pages:  # a middle chunk
+        still = pre.stage is PStage.CHUNKED or pre.origin_pages in rest
+        inputs.update(middle_chunks=pre.inflight_middle_chunks, still_chunking=still,
+                      end_tokens=tokens(end), attempts=sc.optimistic_prefill_attempts,
+                      attempts_used=sc.optimistic_prefill_attempts - pre.requeues_left)
+        # the tree-cache insert before a requeue's release is not modelled
+        # (notes/conformance.md): `cached` is not compared on middle results
+        expect = {"requeued": (("waiting" if post.stage is PStage.WAITING else "bootstrap")
+                               if f.count(ev.Requeue) else None),
+                  "pending_bootstrap": post.pending_bootstrap,
+                  "is_retracted": post.is_retracted}
+    elif rest:
+        return None
+    else:
+        expect = {"cached": f.count(ev.Release, "cache")}
+    return inputs, dict(
+        expect, inflight=post.stage is PStage.INFLIGHT, sent=f.count(ev.Send),
+        sender_aborted=int(post.concluded != pre.concluded and post.concluded is KVPoll.Failed),
+        kv_released=f.count(ev.Release, "kv"), buffer_freed=_freed(pre, post),
+        streamed=f.count(ev.Stream), **_finish(post))
+
+
+def _prefill_inflight(f: Fired):
+    ctx, s, r = f.ctx, f.s, f.r
+    pre, post = s.p[r], f.nxt.p[r]
+    poll = actions.kvmanager.sender_poll(ctx, s, r)
+    parked_ok = (KVPoll.WaitingForInput, KVPoll.Failed)
+    if (poll not in parked_ok if pre.pending_bootstrap
+            else poll not in (KVPoll.Success, KVPoll.Failed)):
+        return None
+    if pre.pending_bootstrap and (actions.kvmanager.room_of(ctx, s, r).prefix
+                                  or pre.sent >= pre.extend_end):
+        return None  # a decode prefix hit, or nothing to send: not driven
+    inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=pre.holds_metadata,
+                          retraction_backup=False, pending_bootstrap=pre.pending_bootstrap),
+              "buffers": ctx.scenario.prefill.metadata_buffers, "poll": poll.name}
+    return inputs, {
+        "left_queue": post.stage is not PStage.INFLIGHT,
+        "kv_released": f.count(ev.Release, "kv"), "buffer_freed": _freed(pre, post),
+        "streamed": f.count(ev.Stream), "sender_init": f.count(ev.Acquire, "init"),
+        "sent": f.count(ev.Send), "pending_bootstrap": post.pending_bootstrap, **_finish(post)}
+
+
+def _prefill_door(f: Fired):
+    sc, pre, post = f.ctx.scenario, f.s.p[f.r], f.nxt.p[f.r]
+    inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=pre.holds_metadata,
+                          retraction_backup=False),
+              "pool_tokens": tokens(sc.prefill.pool_pages),
+              "limit_tokens": limit_tokens(sc.prefill.intake_limit_pages),
+              "buffers": sc.prefill.metadata_buffers}
+    return inputs, {"queued": post.stage is PStage.BOOTSTRAP, "sender": post.has_sender,
+                    "retired": f.count(ev.DoorRetire), "streamed": f.count(ev.Stream),
+                    **_finish(post)}
+
+
+def _decode_door(f: Fired):
+    sc, pre, post = f.ctx.scenario, f.s.d[f.r], f.nxt.d[f.r]
     if pre.origin_pages > sc.decode.pool_pages:
         return None  # decode's capacity check is overridden in the adapter
     inputs = {"req": _req(pre, holds_kv=pre.holds_kv, holds_metadata=False,
@@ -164,9 +178,24 @@ def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
               "is_rebootstrap": pre.door_flag == "rebootstrap"}
     return inputs, {"queued": post.stage is DStage.PREALLOC,
                     "retracted_queue": post.stage is DStage.RETRACTED,
-                    "receiver": post.has_receiver, "retired": retired, "streamed": streamed,
-                    "to_finish": kind(post.to_finish),
-                    "finished_reason": kind(post.finished_reason)}
+                    "receiver": post.has_receiver, "retired": f.count(ev.DoorRetire),
+                    "streamed": f.count(ev.Stream), **_finish(post)}
+
+
+# one encoder per seam, keyed like the adapter's SEAMS (CCF's one trace
+# operator per implementation event): the model's step -> the seam's inputs
+# and the observable effects the real code must show
+ENCODERS = {"intake": _intake, "prefill_result": _prefill_result,
+            "prefill_inflight": _prefill_inflight, "prefill_door": _prefill_door,
+            "decode_door": _decode_door}
+
+
+def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
+    """(inputs, prediction) for firing ``name`` on request ``r`` in state ``s``,
+    or None when the seam is not driven for it (see notes/conformance.md)."""
+    a = BY_NAME[name]
+    nxt, evs = a.effect(ctx, s, r, ())
+    return ENCODERS[a.seam](Fired(ctx, s, r, a.worker, nxt, evs))
 
 
 def _freed(pre, post) -> int:

@@ -28,6 +28,7 @@ from reqmodel.model.releases import Release
 from reqmodel.model.scenario import EVENT_NAMES, Scenario
 from reqmodel.model.state import State
 from reqmodel.engines.symmetry import canonical
+from reqmodel.model.properties import Kind
 
 
 class BoundExceeded(RuntimeError):
@@ -133,9 +134,9 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     t0 = time.perf_counter()
 
     applicable = [p for p in props if p.applies(release, scenario)]
-    state_props = [p for p in applicable if p.kind == "always" and p.state]
-    trans_props = [p for p in applicable if p.kind == "always" and p.transition]
-    reach_props = [p for p in applicable if p.kind == "sometimes"]
+    state_props = [p for p in applicable if p.kind == Kind.ALWAYS and p.state]
+    trans_props = [p for p in applicable if p.kind == Kind.ALWAYS and p.transition]
+    reach_props = [p for p in applicable if p.kind == Kind.SOMETIMES]
     found: Dict[str, Tuple] = {}  # name -> ("state", id) | ("transition", u, step) | ("reached", id)
 
     init = intern(canon(initial_state(scenario)))
@@ -204,7 +205,7 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
             verdicts[p.name] = Verdict(p.name, p.kind, "not-applicable")
             continue
         hit = found.get(p.name)
-        if p.kind == "sometimes":
+        if p.kind == Kind.SOMETIMES:
             if hit is None:
                 verdicts[p.name] = Verdict(p.name, p.kind, "violated")
             else:

@@ -13,6 +13,8 @@ are the public API of ``reqmodel check --property``.
 """
 from __future__ import annotations
 
+import enum
+
 from typing import Callable, Dict, Optional, Tuple
 
 import attrs
@@ -25,10 +27,19 @@ from reqmodel.model.scenario import Scenario
 from reqmodel.model.state import DStage, KVPoll, PStage, State
 
 
+class Kind(enum.StrEnum):
+    """Stateright's expectations: ``always`` (safety: every reachable state
+    and step is good) and ``sometimes`` (reachability: some reachable state is
+    good, the guard against guards that block everything)."""
+
+    ALWAYS = "always"
+    SOMETIMES = "sometimes"
+
+
 @attrs.frozen
 class Property:
     name: str
-    kind: str  # "always" | "sometimes"
+    kind: Kind = attrs.field(converter=Kind)
     ref: str  # id in the modelling reference
     text: str  # one-sentence statement for people
     state: Optional[Callable[[State], bool]] = None  # True = good state
@@ -44,7 +55,7 @@ class Property:
     def hit(self, pre: State, step: Step, evs, post: State) -> bool:
         """The step breaks this safety property, or reaches this reachability
         property's good state."""
-        if self.kind == "sometimes":
+        if self.kind is Kind.SOMETIMES:
             return self.holds_in(post)
         return not self.holds_in(post) or not self.holds_on(pre, step, evs, post)
 
@@ -363,8 +374,8 @@ prop(
     and (sc.events.any("client_abort") or sc.events.any("timeouts")),
 )
 
-SAFETY = tuple(p for p in CATALOG.values() if p.kind == "always")
-REACHABILITY = tuple(p for p in CATALOG.values() if p.kind == "sometimes")
+SAFETY = tuple(p for p in CATALOG.values() if p.kind is Kind.ALWAYS)
+REACHABILITY = tuple(p for p in CATALOG.values() if p.kind is Kind.SOMETIMES)
 
 
 class PropertyError(ValueError):

@@ -17,6 +17,8 @@ from typing import Callable, Dict, Optional, Tuple
 import attrs
 
 from reqmodel.model import guards as g
+from reqmodel.model.behaviours import INTAKE, POOL, PROMPT, SUFFIX, KVChecksum, SenderCapacity
+from reqmodel.model.ackpolicy import FAN_OUT, LAST, PER_ENDPOINT, AckPolicy
 
 
 class ReleaseError(ValueError):
@@ -44,12 +46,12 @@ class Release:
     retire_cleanup: Tuple[str, ...]  # steps of retire_unadmitted_request; () = no door retire
     p_waiting_abort_releases_all: bool  # method 1 on P frees KV and always aborts the sender
     requeue_fallback_frees_metadata: bool  # optimistic fallback frees the metadata buffer
-    sender_capacity: str  # create_sender compares the prompt with "pool" or "intake" limit
+    sender_capacity: SenderCapacity  # create_sender compares the prompt with the POOL or INTAKE limit
     deferred_release_default: bool  # decode KV deferral when the scenario says "default"
-    checksum: Optional[str]  # None | "prompt" (0.5.21/22) | "suffix" (0.5.23, layout skip)
+    checksum: Optional[KVChecksum]  # None | PROMPT (0.5.21/22) | SUFFIX (0.5.23, layout skip)
     client_abort_status: int  # method 3: FINISH_ABORT() status
     # ABORT/ABORT_ACK with deferral on (§5.4, §5.5) ----------------------------
-    ack_targets: str  # P: "last" target per room | "fan-out" to peers too | "per-endpoint"
+    ack_targets: AckPolicy  # P: LAST target per room | FAN_OUT to peers too | PER_ENDPOINT
     ack_generations: bool  # ABORT/ack carry a generation; D counts only its own
     poison_failed_rooms: bool  # a failed transfer poisons the room: no ack ever
     arm_before_send: bool  # D arms its tracker in ensure_abort_notified, before ABORT
@@ -90,13 +92,13 @@ R0519 = Release(
     retire_cleanup=(),
     p_waiting_abort_releases_all=False,
     requeue_fallback_frees_metadata=False,
-    sender_capacity="pool",
+    sender_capacity=POOL,
     deferred_release_default=False,
     checksum=None,
     client_abort_status=500,
     has_cache_handle=False,
     host_destination_backends=None,
-    ack_targets="last",
+    ack_targets=LAST,
     ack_generations=False,
     poison_failed_rooms=False,
     arm_before_send=False,
@@ -159,8 +161,8 @@ R0521 = attrs.evolve(
     retire_cleanup=RETIRE_CLEANUP_FULL,
     p_waiting_abort_releases_all=True,
     deferred_release_default=True,
-    checksum="prompt",
-    ack_targets="fan-out",
+    checksum=PROMPT,
+    ack_targets=FAN_OUT,
     clear_drops_ack_target=False,
     arm_before_send=True,
     hold_unnotified=True,
@@ -194,7 +196,7 @@ R0522 = attrs.evolve(
     # found by conformance: the fallback into the bootstrap queue already
     # frees the metadata buffer here (pf 22:1720-1723), not only from 0.5.23
     requeue_fallback_frees_metadata=True,
-    ack_targets="per-endpoint",
+    ack_targets=PER_ENDPOINT,
     ack_generations=True,
     poison_failed_rooms=True,
     new_room_drops_acks=True,
@@ -220,8 +222,8 @@ R0522 = attrs.evolve(
 R0523 = attrs.evolve(
     R0522,
     name="0.5.23",
-    sender_capacity="intake",
-    checksum="suffix",
+    sender_capacity=INTAKE,
+    checksum=SUFFIX,
     release_reduced=True,
     clear_slot_resets_checksum=True,
     cites={**R0522.cites,

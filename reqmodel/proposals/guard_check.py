@@ -11,6 +11,7 @@ import networkx as nx
 from reqmodel.traces import itf
 from reqmodel.engines.exhaustive import DEFAULT_MAX_STATES, explore
 from reqmodel.model import events as ev
+from reqmodel.model.actions import ACTIONS
 from reqmodel.model.properties import Property
 from reqmodel.proposals.proposal import Proposal
 from reqmodel.model.releases import Release
@@ -20,8 +21,9 @@ from reqmodel.model.state import DStage, PStage, State
 CHANGE = {("violated", "holds"): "fixed", ("holds", "violated"): "broken",
           ("violated", "violated"): "still-violated", ("holds", "holds"): "still-holds"}
 
-# seconds each timeout stands for (env 19:656, 19:660, 19:673)
-TIMEOUT_SECONDS = {"p_bootstrap_timeout": 300, "d_waiting_timeout": 300, "d_deferred_timeout": 30}
+# seconds each timeout stands for, as its action declares it (env 19:656,
+# 19:660, 19:673)
+TIMEOUT_SECONDS = {a.name: a.timeout[1] for a in ACTIONS if a.timeout is not None}
 
 
 def _norm(v: str) -> str:
@@ -32,18 +34,9 @@ def _norm(v: str) -> str:
             "unreached-to-depth": "violated"}.get(v, v)
 
 
-def _verdicts(release: Release, sc: Scenario, props: Sequence[Property], engine: str,
-              max_states: int, depth: Optional[int]):
+def _verdicts(release: Release, sc: Scenario, props: Sequence[Property], engine):
     """Per property: (verdict, trace) from the chosen engine."""
-    if engine == "z3":
-        from reqmodel.engines.z3 import bmc
-        from reqmodel.engines.check import Z3_VERDICTS
-        applicable = [p for p in props if p.applies(release, sc)]
-        res = bmc.run(release, sc, applicable, depth) if applicable else {}
-        return {p.name: (Z3_VERDICTS[res[p.name].verdict], res[p.name].trace) if p.name in res
-                else ("not-applicable", None) for p in props}
-    ex = explore(release, sc, props, max_states=max_states, keep_graph=False)
-    return {p.name: (ex.verdicts[p.name].verdict, ex.verdicts[p.name].trace) for p in props}
+    return {r.property: (str(r.verdict), r.trace) for r in engine.check(release, sc, props)}
 
 
 @attrs.frozen
@@ -63,28 +56,29 @@ class Row:
 
 
 def compare(prop: Proposal, scenarios: Sequence[Scenario], props: Sequence[Property],
-            out: pathlib.Path, max_states: int = DEFAULT_MAX_STATES,
-            pending: Optional[list] = None, engine: str = "exhaustive",
-            depth: Optional[int] = None) -> List[Row]:
-    """Verdicts on base and proposal (exhaustive search, or Z3 to ``depth``).
+            out: pathlib.Path, engine=None, pending: Optional[list] = None) -> List[Row]:
+    """Verdicts on base and proposal from ``engine`` (one of
+    ``engines.base.ENGINES``; the exhaustive engine by default).
     Counterexample files are appended to ``pending`` as (path, trace,
     scenario) and written by :func:`write`, so a proposal that fails midway
     leaves nothing behind."""
+    from reqmodel.engines.base import Exhaustive
+    engine = Exhaustive() if engine is None else engine
     rows: List[Row] = []
     pending = [] if pending is None else pending
     for sc in scenarios:
-        base = _verdicts(prop.base, sc, props, engine, max_states, depth)
+        base = _verdicts(prop.base, sc, props, engine)
         psc = prop.apply(sc)
-        mine = _verdicts(prop.release, psc, props, engine, max_states, depth)
+        mine = _verdicts(prop.release, psc, props, engine)
         for p in props:
             (bv, _), (mv, mtrace) = base[p.name], mine[p.name]
             change = CHANGE[(_norm(bv), _norm(mv))]
             path = None
             if mv == "violated" and mtrace is not None:
                 path = out / f"{p.name}-{sc.name}.itf.json"
-                meta = {"guards": prop.path, "base": prop.base.name}
-                if engine == "z3":
-                    meta.update(engine="z3", depth=depth)
+                meta = {"guards": prop.path, "base": prop.base.name, "engine": engine.name}
+                if getattr(engine, "depth", None) is not None:
+                    meta["depth"] = engine.depth
                 pending.append((path, mtrace, psc, meta))
             rows.append(Row(sc.name, p.name, bv, mv, change,
                             None if path is None else str(path),

@@ -34,6 +34,7 @@ import attrs
 
 from reqmodel.model import guards as g
 from reqmodel.model import releases
+from reqmodel.model.behaviours import CHECKSUMS
 from reqmodel.model import scenario as sc_mod
 from reqmodel.model.guards import (DROP, REQUEUE, RETIRE, SEND, finished, is_aborted,  # noqa: F401 (API)
                      is_unadmitted_reject)
@@ -153,7 +154,7 @@ def load(path: str) -> Proposal:
     if checksum is not None:
         if checksum not in ("prompt", "suffix"):
             raise ProposalError(f"{path}: checksum must be \"prompt\" or \"suffix\"")
-        changes["checksum"] = checksum
+        changes["checksum"] = CHECKSUMS[checksum]
         replaced.append("checksum")
     overrides = getattr(module, "scenario_overrides", {}) or {}
     if not isinstance(overrides, dict):

@@ -12,6 +12,7 @@ from reqmodel.model import releases
 from reqmodel.model import scenario
 from reqmodel.engines.exhaustive import replay
 from reqmodel.model.properties import CATALOG, Property
+from reqmodel.model.properties import Kind
 
 
 @attrs.frozen
@@ -84,7 +85,7 @@ def run(loaded: Loaded) -> Outcome:
     states, events, disabled = replay(loaded.release, loaded.scenario, loaded.steps)
     p = loaded.property
     at = None
-    if p.kind == "sometimes":
+    if p.kind == Kind.SOMETIMES:
         reached = any(p.holds_in(s) for s in states)
         violated = not reached
     else:

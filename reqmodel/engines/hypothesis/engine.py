@@ -34,11 +34,11 @@ import attrs
 from hypothesis import HealthCheck, Phase, settings, target
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
-from hypothesis.internal.conjecture import providers as _providers
 from hypothesis.errors import InvalidDefinition
-from hypothesis.stateful import (RuleBasedStateMachine, RuleStrategy, invariant, precondition,
+from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,
                                  rule, run_state_machine_as_test)
 
+from reqmodel.engines.hypothesis import shim
 from reqmodel.model.actions import ACTIONS, BY_NAME, PRANK_ARG, Ctx, Step, apply, initial_state, successors
 from reqmodel.engines.exhaustive import Trace, Verdict, replay, symmetry_classes
 from reqmodel.engines.symmetry import canonical
@@ -46,6 +46,7 @@ from reqmodel.model.properties import Property
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import (EVENT_NAMES, MAX_DECODE_RANKS, MAX_PREFILL_RANKS, MAX_REQUESTS, Events,
                        Scenario, Worker)
+from reqmodel.model.properties import Kind
 
 # --------------------------------------------------------------- profiles
 
@@ -60,7 +61,7 @@ MAX_CHOICES = 256
 EVENT_HORIZON = 10
 REARM = 0.5  # chance that an event, once fired, is armed again (start, fire)
 WORKERS = ("P", "D")
-WORKER = {a.name: "D" if a.name.startswith("d_") else "P" for a in ACTIONS}
+WORKER = {a.name: "D" if a.worker == "decode" else "P" for a in ACTIONS}
 THREADS = ("P", "D", "X")  # a request's prefill side, decode side, KV transfer
 THREAD = {a.name: "X" if a.actor == "transfer" else WORKER[a.name] for a in ACTIONS}
 EVENT_ACTIONS = frozenset(a.name for a in ACTIONS if a.event_flag is not None)
@@ -107,16 +108,8 @@ def run(M: type, settings_: settings) -> None:
     measured, `pause-abort` on 0.5.19 is found after 59 test cases alone and
     not in 451 once every reqmodel module is loaded. With the injection off
     a ``ci`` run gives the same result in any test order."""
-    provider = getattr(_providers, "HypothesisProvider", None)
-    original = getattr(provider, "_maybe_draw_constant", None)
-    if original is None:  # a Hypothesis without constant injection
+    with shim.no_constant_injection():
         run_state_machine_as_test(M, settings=settings_)
-        return
-    provider._maybe_draw_constant = lambda self, *args, **kwargs: None
-    try:
-        run_state_machine_as_test(M, settings=settings_)
-    finally:
-        provider._maybe_draw_constant = original
 
 
 # --------------------------------------------------------------- machine
@@ -153,9 +146,9 @@ def machine(release: Release, scenario, props: Sequence[Property],
     bounds)."""
     fixed = isinstance(scenario, Scenario)
     stats = stats if stats is not None else Stats()
-    trans = [p for p in props if p.kind == "always" and p.transition]
-    states = [p for p in props if p.kind == "always" and p.state]
-    reach = [p for p in props if p.kind == "sometimes"]
+    trans = [p for p in props if p.kind == Kind.ALWAYS and p.transition]
+    states = [p for p in props if p.kind == Kind.ALWAYS and p.state]
+    reach = [p for p in props if p.kind == Kind.SOMETIMES]
 
     def setup(self, sc: Scenario) -> None:
         self.scenario = sc
@@ -169,7 +162,7 @@ def machine(release: Release, scenario, props: Sequence[Property],
 
     def __init__(self):
         RuleBasedStateMachine.__init__(self)
-        self._rules_strategy = EnabledRules(self)
+        shim.install_rule_strategy(self, EnabledRules(self))
         self.state = None
         self.steps: List[Step] = []
         self._history: List[str] = []  # every step of this example, across runs
@@ -367,7 +360,7 @@ def machine(release: Release, scenario, props: Sequence[Property],
                 .replace("+", "_"), (RuleBasedStateMachine,), ns)
 
 
-class EnabledRules(RuleStrategy):
+class EnabledRules(shim.RuleStrategy):
     """Hypothesis's rule strategy, drawing one rule uniformly among those
     whose precondition holds, as ``RuleStrategy`` does, in one draw.
 
@@ -387,7 +380,7 @@ class EnabledRules(RuleStrategy):
         if not valid:
             raise InvalidDefinition(f"no rule of {type(self.machine).__name__} can run")
         chosen = valid[data.draw(index(len(valid)), label="rule")] if len(valid) > 1 else valid[0]
-        return chosen, {k: data.draw(v) for k, v in chosen.arguments_strategies.items()}
+        return chosen, {k: data.draw(v) for k, v in shim.rule_arguments(chosen).items()}
 
 
 @functools.lru_cache(maxsize=64)
@@ -474,7 +467,7 @@ def until_hit(ctx: Ctx, prop: Property, steps: Sequence[Step],
     that exists), and return the steps applied up to the one where ``prop``
     is hit (broken, or its good state reached); None if it never is."""
     s = initial_state(ctx.scenario)
-    if prop.kind == "sometimes" and prop.holds_in(s):
+    if prop.kind == Kind.SOMETIMES and prop.holds_in(s):
         return ()
     out = []
     for step in steps:
@@ -641,19 +634,19 @@ def check_property(release: Release, scenario: Scenario, prop: Property,
     seconds = time.perf_counter() - t0
     ctx = Ctx(release=release, scenario=scenario)
     if found is None:
-        verdict = "violated" if prop.kind == "sometimes" else "holds"
+        verdict = "violated" if prop.kind == Kind.SOMETIMES else "holds"
         return HypoVerdict(Verdict(prop.name, prop.kind, verdict), stats.examples, stats.steps,
                            None, seconds, stats.runs)
     steps = minimise(ctx, prop, found.steps)
     trace = _trace(ctx, prop, steps)
-    verdict = "holds" if prop.kind == "sometimes" else "violated"
+    verdict = "holds" if prop.kind == Kind.SOMETIMES else "violated"
     return HypoVerdict(Verdict(prop.name, prop.kind, verdict, trace), stats.examples,
                        stats.steps, len(found.steps), seconds, stats.runs)
 
 
 def _trace(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Trace:
     states, events, _ = replay(ctx.release, ctx.scenario, steps)
-    kind = "reached" if prop.kind == "sometimes" else (
+    kind = "reached" if prop.kind == Kind.SOMETIMES else (
         "state" if not prop.holds_in(states[-1]) else "transition")
     return Trace(release=ctx.release.name, scenario=ctx.scenario.name, property=prop.name,
                  steps=tuple(steps), states=tuple(states), events=tuple(events), violation=kind)
@@ -712,7 +705,7 @@ def find_in_drawn(release: Release, props: Sequence[Property], profile: str = "c
     """Search drawn scenarios for violations, one property at a time: each run
     stops at its first violation, which is minimised and recorded, and the
     search goes on for the properties not yet found."""
-    remaining = [p for p in props if p.kind == "always"]
+    remaining = [p for p in props if p.kind == Kind.ALWAYS]
     found: List[Finding] = []
     strategy = strategy if strategy is not None else scenarios()
     while remaining:

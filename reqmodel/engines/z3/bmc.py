@@ -32,6 +32,7 @@ from reqmodel.engines.exhaustive import Trace
 from reqmodel.model.properties import Property
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
+from reqmodel.model.properties import Kind
 
 
 W = 16  # bits of a slot's value code and of a step's clause selector
@@ -184,7 +185,7 @@ class Unrolling:
             picks = self.picks[t - 1]
             out += [pick for pick, c in zip(picks, self.rel.enabled) if prop.name in c.broken]
         if prop.state:
-            want = prop.kind == "sometimes"
+            want = prop.kind == Kind.SOMETIMES
             out += [self.cond(self.x[t], cond)
                     for cond, good in self.rel.preds[prop.name].items() if good == want]
         return z3.Or(out or [False])
@@ -263,7 +264,7 @@ def _trace(release, scenario, prop, clauses, ctx) -> Trace:
     if not prop.hit(states[-2], steps[-1], events[-1], states[-1]):
         raise Unconfirmed(f"the explicit model does not {'reach' if prop.kind == 'sometimes' else 'break'} "
                           f"{prop.name} on Z3's trace")
-    kind = ("reached" if prop.kind == "sometimes"
+    kind = ("reached" if prop.kind == Kind.SOMETIMES
             else "state" if not prop.holds_in(states[-1]) else "transition")
     return Trace(release.name, scenario.name, prop.name, tuple(steps), tuple(states),
                  tuple(events), kind)
@@ -299,7 +300,7 @@ def run(release: Release, scenario: Scenario, props: Sequence[Property], depth: 
                                  refinements)
 
     for p in props:
-        if p.kind == "always" and not p.holds_in(s0):
+        if p.kind == Kind.ALWAYS and not p.holds_in(s0):
             done(p, "violated", 0, Trace(release.name, scenario.name, p.name, (), (s0,), (), "state"))
     u = Unrolling(rel, v0)
     searched = 0
@@ -334,7 +335,7 @@ def run(release: Release, scenario: Scenario, props: Sequence[Property], depth: 
             clauses = u.steps(model, k)
             for p in pending:
                 if p.name in hits and z3.is_true(model.eval(hits[p.name], model_completion=True)):
-                    done(p, "reached" if p.kind == "sometimes" else "violated", k,
+                    done(p, "reached" if p.kind == Kind.SOMETIMES else "violated", k,
                          _trace(release, scenario, p, clauses, ctx))
                     del hits[p.name]
         if any(p.name not in results for p in props):
@@ -345,7 +346,7 @@ def run(release: Release, scenario: Scenario, props: Sequence[Property], depth: 
             if not simple:
                 for p in props:
                     if p.name not in results:
-                        done(p, "unreachable" if p.kind == "sometimes" else "proved", k)
+                        done(p, "unreachable" if p.kind == Kind.SOMETIMES else "proved", k)
         if log:
             log(k, refinements, len(rel.enabled))
         searched = k
@@ -353,7 +354,7 @@ def run(release: Release, scenario: Scenario, props: Sequence[Property], depth: 
             break
     for p in props:
         if p.name not in results:
-            done(p, "unreached-to-depth" if p.kind == "sometimes" else "holds-to-depth", searched)
+            done(p, "unreached-to-depth" if p.kind == Kind.SOMETIMES else "holds-to-depth", searched)
     return results
 
 

@@ -28,7 +28,7 @@ def _p_abortable(c, s, r):
                          PStage.FORWARDED, PStage.INFLIGHT)
 
 
-@action("client", guard=_p_abortable, event="client_abort")
+@action("client", guard=_p_abortable, event="client_abort", worker="prefill")
 def p_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``abort_request`` on P (§5.7; sch 4984/5235/5465/5476/5693 ...): method 1
     pops a waiting request; bootstrap and inflight queues abort the sender
@@ -63,7 +63,7 @@ def _d_abortable(c, s, r):
         DStage.PREALLOC, DStage.TRANSFER, DStage.WAITING, DStage.RUNNING, DStage.RETRACTED)
 
 
-@action("client", guard=_d_abortable, event="client_abort")
+@action("client", guard=_d_abortable, event="client_abort", worker="decode")
 def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``abort_request`` on D (§5.7): prealloc and transfer queues call
     ``receiver.abort()`` (cc 1626/1857/2016/2552/2955: Failed, ABORT sent to P);

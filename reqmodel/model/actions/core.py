@@ -45,6 +45,13 @@ class Action:
     # how many trailing components a step may leave out (a one-rank scenario
     # names no decode rank; a metadata slot is named only when it is a choice)
     optional_args: int = 0
+    # the worker whose process runs the step: "prefill" (its scheduler, or its
+    # transfer worker and KV manager) or "decode"
+    worker: str = "prefill"
+    # a timeout: the environment variable that sets it and its default seconds
+    timeout: Optional[Tuple[str, int]] = None
+    # the conformance seam that drives this step on the real code (conform.adapter.SEAMS)
+    seam: Optional[str] = None
 
     @property
     def doc(self) -> str:
@@ -75,12 +82,24 @@ BY_NAME: Dict[str, Action] = {}
 
 
 def action(actor: str, guard: Callable, choices: Callable = None, event: str = None,
-           arg_names: Tuple[str, ...] = (), optional_args: int = 0):
-    """Register an action: ``guard(ctx, s, rid) -> bool`` first, effect below."""
+           arg_names: Tuple[str, ...] = (), optional_args: int = 0, worker: str = None,
+           timeout: Tuple[str, int] = None, seam: str = None):
+    """Register an action: ``guard(ctx, s, rid) -> bool`` first, effect below.
+
+    ``worker`` defaults to the actor for the schedulers' actions and to
+    prefill for the transfer worker's; a client action names the worker whose
+    scheduler handles it."""
+    if worker is None:
+        if actor == "client":
+            raise ValueError("a client action names its worker")
+        worker = "prefill" if actor == "transfer" else actor
+    assert worker in ("prefill", "decode"), worker
+
     def deco(fn):
         names = tuple(arg_names)
         a = Action(fn.__name__, actor, guard, fn, choices, event, names,
-                   len(names) if names in (RANK_ARG, PRANK_ARG, CHANNEL_ARG) else optional_args)
+                   len(names) if names in (RANK_ARG, PRANK_ARG, CHANNEL_ARG) else optional_args,
+                   worker, timeout, seam)
         ACTIONS.append(a)
         BY_NAME[a.name] = a
         return fn

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from reqmodel.model.events import AckRelease, Acquire, Commit, DoorRetire, PollKeyError, Prealloc, RankRelease, Read, Release, StatusDropped
-from reqmodel.model.actions.core import action, Ctx, Effect, Event, PRANK_ARG, set_d
+from reqmodel.model.actions.core import action, Ctx, Effect, PRANK_ARG, set_d
 from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, notify_abort, receiver_clear,
                                               receiver_fail, receiver_init, receiver_poll, room_id,
                                               set_d_room)
@@ -25,7 +25,7 @@ def _at_d_door(c, s, r):
     return s.d[r].stage is DStage.DOOR
 
 
-@action("decode", guard=_at_d_door)
+@action("decode", guard=_at_d_door, seam="decode_door")
 def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """D1 ``DecodePreallocQueue.add`` (dc 617/640/734/784/808): the release's
     ``decode_door`` guard point with the caller's ``is_retracted`` flag, then
@@ -267,9 +267,9 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
         slot = s.d_slots[req.meta_slot]
         refused = c.release.commit_check(req, slot, room_id(c, r))
         if refused is None:
-            expected = slot.checksum if (c.release.checksum and c.scenario.decode.kv_checksum) else None
-            if c.release.checksum == "suffix" and not c.scenario.layouts_match:
-                expected = None  # 0.5.23 skips on a layout-signature mismatch
+            # 0.5.23 skips the check on a layout-signature mismatch
+            checksum = c.release.checksum
+            expected = slot.checksum if (checksum and checksum.verified(c.scenario)) else None
             slots = list(s.d_slots)
             slots[req.meta_slot] = MetaSlot(owner=None, room=0, checksum=clear_checksum(c, slot),
                                             covered_pages=0)
@@ -352,7 +352,7 @@ def _d_digest(c: Ctx, s: State, r: int) -> Tuple:
     """D's digest over its own range (§5.8): the checksum matches P's only when
     every page of the range holds this request's KV and the lengths agree."""
     req = s.d[r]
-    start = req.prefix_pages if c.release.checksum == "suffix" else 0
+    start = c.release.checksum.start(req.prefix_pages)
     length = req.origin_pages - start
     own = all(s.d_pages[p].written_by(r) for p in req.pages[max(start - req.prefix_pages, 0):])
     return (r, start, length) if own else ("mismatch",)

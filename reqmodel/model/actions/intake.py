@@ -24,7 +24,7 @@ def _absent_p(c, s, r):
     return s.p[r].stage is PStage.ABSENT and _room_free_for(c, s, r)
 
 
-@action("client", guard=_absent_p)
+@action("client", guard=_absent_p, worker="prefill", seam="intake")
 def p_intake(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Intake on prefill: ``handle_generate_request`` (sch 2586/2724/2749/2820/2943)
     validates the prompt against P's limit, then ``_add_request_to_queue``
@@ -41,7 +41,7 @@ def _absent_d(c, s, r):
     return s.d[r].stage is DStage.ABSENT and _room_free_for(c, s, r)
 
 
-@action("client", guard=_absent_d)
+@action("client", guard=_absent_d, worker="decode", seam="intake")
 def d_intake(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Intake on decode: ``handle_generate_request`` (sch 2586/2724/2749/2820/2943)
     validates against D's own ``max_req_input_len`` (tp_worker.py 19:542-556),

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from reqmodel.model import guards as g
 from reqmodel.model.actions.core import Ctx, pranks, set_d, set_p
 from reqmodel.model.actions.transport import send
 from reqmodel.model.state import DRoom, KVPoll, Msg, replace, Room, State
@@ -177,11 +176,7 @@ def maybe_ack_drained(c: Ctx, s: State, r: int, q: int = 0) -> State:
     s = set_room(c, s, r, q=q, ack_to=())
     if room.poisoned:
         return s
-    targets = {k: (gen, origin) for k, gen, origin in room.ack_to}
-    if c.release.ack_targets == "fan-out":
-        origin = room.ack_to[0][2]
-        for k in room.peers:
-            targets.setdefault(k, (0, origin))
+    targets = c.release.ack_targets.on_drain(room)
     for k in sorted(targets):
         gen, origin = targets[k]
         s = send(s, Msg("ack", origin, rank=k, gen=gen, prank=q))
@@ -196,17 +191,8 @@ def register_ack_target(c: Ctx, s: State, msg: Msg) -> State:
     poisoned room (cc 22:927-943).  Each target remembers (as history) the
     decode request whose ABORT registered it."""
     r, rank, gen, q = msg.rid, msg.rank, msg.gen, msg.prank
-    room = room_of(c, s, r, q)
-    if c.release.ack_targets == "last":
-        return set_room(c, s, r, q=q, ack_to=((rank, gen, r),))
-    if c.release.ack_targets == "fan-out":
-        return set_room(c, s, r, q=q, ack_to=((rank, gen, r),) + tuple(
-            (k, 0, r) for k in room.peers if k != rank))
-    if room.poisoned:
-        return s
-    targets = {k: (k, g, o) for k, g, o in room.ack_to}
-    targets[rank] = (rank, gen, r)
-    return set_room(c, s, r, q=q, ack_to=tuple(sorted(targets.values())))
+    targets = c.release.ack_targets.register(room_of(c, s, r, q), rank, gen, r)
+    return s if targets is None else set_room(c, s, r, q=q, ack_to=targets)
 
 
 def all_ranks(c: Ctx) -> Tuple[int, ...]:

@@ -16,7 +16,7 @@ from reqmodel.model.actions.kvmanager import (failure_exception, room_of, sender
                                               update_status)
 from reqmodel.model.actions.req import (p_free_metadata, p_release_kv, promote, run_retire_cleanup,
                                         stream_p)
-from reqmodel.model.actions.transport import (channel_args, consume, d_to_p_channels, next_d_to_p,
+from reqmodel.model.actions.transport import (arrival_of, consume, next_d_to_p,
                                               prank_of, rank_of, send)
 from reqmodel.model.guards import is_aborted
 from reqmodel.model.state import ABORT_400, ABORT_500, KVPoll, Msg, PStage, State
@@ -26,7 +26,7 @@ def _at_p_door(c, s, r):
     return s.p[r].stage is PStage.DOOR
 
 
-@action("prefill", guard=_at_p_door)
+@action("prefill", guard=_at_p_door, seam="prefill_door")
 def p_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """P1 ``PrefillBootstrapQueue.add`` (pf 385/399/417/429/452): the release's
     ``prefill_door`` guard point, then ``create_sender`` (pf 326/340/357/373/396)
@@ -42,8 +42,7 @@ def p_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
             s, ev2 = stream_p(s, r, (s.p[r].finished_reason or ABORT_400).status)
             evs += ev2
         return s, evs
-    limit = (c.scenario.prefill.pool_pages if rel.sender_capacity == "pool"
-             else c.scenario.prefill.intake_limit_pages)
+    limit = rel.sender_capacity.limit(c.scenario)
     if req.origin_pages > limit:
         s = set_p(s, r, stage=PStage.GONE, finished_reason=ABORT_400)
         return stream_p(s, r, 400)
@@ -53,12 +52,7 @@ def p_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     return s, (Acquire(r, "prefill", "sender"),)
 
 
-def _metadata_arrived(c, s, r):
-    return bool(d_to_p_channels(c, s, r, "metadata"))
-
-
-def _metadata_channels(c, s, r):
-    return channel_args(c, d_to_p_channels(c, s, r, "metadata"))
+_metadata_arrived, _metadata_channels = arrival_of("metadata")
 
 
 @action("prefill", guard=_metadata_arrived, choices=_metadata_channels, arg_names=CHANNEL_ARG)
@@ -318,7 +312,7 @@ def _result_due(c, s, r):
     return not (loop_timing(c) and req.pending_chunked_abort)
 
 
-@action("prefill", guard=_result_due)
+@action("prefill", guard=_result_due, seam="prefill_result")
 def p_result(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """P5 ``process_batch_result_disagg_prefill`` (pf 684/705/763/858/901) for the
     oldest overlapped result of the request: the release's ``final_result`` and
@@ -374,7 +368,7 @@ def _inflight_ready(c, s, r):
     return poll in (KVPoll.Success, KVPoll.Failed)
 
 
-@action("prefill", guard=_inflight_ready)
+@action("prefill", guard=_inflight_ready, seam="prefill_inflight")
 def p_inflight(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """P6 ``process_disagg_prefill_inflight_queue`` (pf 876/947/1005/1108/1151).
     Parked (pending bootstrap): ``handle_pending_bootstrap`` then send.  Success:

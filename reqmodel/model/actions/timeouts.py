@@ -27,7 +27,8 @@ def _bootstrapping_sender(c, s, r):
             and bool(_bootstrapping_ranks(c, s, r)) and req.concluded is None)
 
 
-@action("prefill", guard=_bootstrapping_sender, event="timeouts")
+@action("prefill", guard=_bootstrapping_sender, event="timeouts",
+        timeout=("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300))
 def p_bootstrap_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`` (300 s, env 19:656): a sender
     still Bootstrapping records a failure and goes Failed.  Every prefill
@@ -49,7 +50,8 @@ def _waiting_timeout_ranks(c, s, r):
 
 
 @action("decode", guard=_d_waiting_too_long, choices=_waiting_timeout_ranks, event="timeouts",
-        arg_names=RANK_ARG)
+        arg_names=RANK_ARG,
+        timeout=("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300))
 def d_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``_check_waiting_timeout`` (cc 1595/1823/1982/2501/2888, 300 s) on one
     decode rank: record a failure, go Failed, send that rank's ABORT to P, set
@@ -100,7 +102,8 @@ def _held(c, s, r):
     return s.d[r].stage is DStage.HELD
 
 
-@action("decode", guard=_held, event="timeouts")
+@action("decode", guard=_held, event="timeouts",
+        timeout=("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT", 30))
 def d_deferred_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT`` (30 s): a held
     device entry is released anyway ("releasing anyway", dc 19:2405-2436).  The

@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Tuple
 
 from reqmodel.model.events import Write, XferSkip
-from reqmodel.model.actions.core import action, CHANNEL_ARG, Ctx, Effect, Event, PRANK_ARG, pranks
+from reqmodel.model.actions.core import action, CHANNEL_ARG, Ctx, Effect, PRANK_ARG, pranks
 from reqmodel.model.actions.kvmanager import (maybe_ack_drained, outstanding, pop_transfer_infos,
                                               record_failure, register_ack_target, room_id, room_of,
                                               set_room, takes_chunks, update_status)
-from reqmodel.model.actions.transport import (channel_args, consume, d_to_p_channels, next_d_to_p,
+from reqmodel.model.actions.transport import (arrival_of, consume, next_d_to_p,
                                               own_msg, own_ranks, prank_args, prank_of, rank_msgs,
                                               rank_of, send)
 from reqmodel.model.state import DStage, KVPoll, Msg, PStage, replace, State
@@ -130,7 +130,7 @@ def _p_digest(c: Ctx, s: State, r: int, q: int = 0) -> Tuple:
     len(origin)))``; 0.5.23 from ``disagg_decode_prefix_len``.  The digest of a
     range of P's own KV is modelled as (request, first page, length)."""
     req = s.p[r]
-    start = room_of(c, s, r, q).prefix if c.release.checksum == "suffix" else 0
+    start = c.release.checksum.start(room_of(c, s, r, q).prefix)
     return (r, start, min(req.extend_end, req.origin_pages) - start)
 
 
@@ -211,12 +211,7 @@ def xfer_stray_lands(c: Ctx, s: State, r: int, arg=()) -> Effect:
     return land_write(consume(s, msg), r, msg.pages, q)
 
 
-def _abort_arrived(c, s, r):
-    return bool(d_to_p_channels(c, s, r, "abort"))
-
-
-def _abort_channels(c, s, r):
-    return channel_args(c, d_to_p_channels(c, s, r, "abort"))
+_abort_arrived, _abort_channels = arrival_of("abort")
 
 
 @action("prefill", guard=_abort_arrived, choices=_abort_channels, arg_names=CHANNEL_ARG)
@@ -239,14 +234,9 @@ def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
         s = update_status(c, s, r, KVPoll.Failed, q)
     if not c.deferred:
         return s, ()
-    if c.release.ack_targets == "per-endpoint":
-        register = msg.gen != 0 or not c.release.ack_generations
-    elif c.release.ack_targets == "fan-out":
-        register = active or busy
-    else:
-        register = active
-    if register:
+    policy = c.release.ack_targets
+    if policy.registers(msg.gen, active, busy, c.release.ack_generations):
         return maybe_ack_drained(c, register_ack_target(c, s, msg), r, q), ()
-    if c.release.ack_targets != "per-endpoint" and not busy:
+    if policy.acks_at_once and not busy:
         s = send(s, Msg("ack", r, rank=k, prank=q))
     return s, ()

@@ -94,3 +94,17 @@ def own_ranks(s: State, kind: str, r: int) -> List[int]:
 def own_msg(s: State, kind: str, r: int, q: int) -> Msg:
     """Request r's oldest message of one kind from prefill rank q."""
     return next(m for m in s.msgs(kind, r) if m.prank == q)
+
+
+def arrival_of(kind: str):
+    """The guard and choices of a prefill action that takes the next
+    decode->prefill message of ``kind`` off one of its FIFO channels: enabled
+    when some channel has one, one choice per such channel."""
+    def arrived(c, s, r) -> bool:
+        return bool(d_to_p_channels(c, s, r, kind))
+
+    def arrival_channels(c, s, r):
+        return channel_args(c, d_to_p_channels(c, s, r, kind))
+
+    arrived.__name__, arrival_channels.__name__ = f"_{kind}_arrived", f"_{kind}_channels"
+    return arrived, arrival_channels

@@ -1,0 +1,208 @@
+"""One engine interface, in Stateright's spirit.
+
+An engine is one class with one method, ``check(release, scenario,
+properties)``, returning one :class:`Result` per property in one verdict
+vocabulary (:class:`Answer`). None of them knows the protocol: each consumes
+the model's actions and property catalog. :func:`run` drives any engine over
+releases x scenarios and writes the traces; :data:`ENGINES` is the one table
+that ``reqmodel check``, ``reqmodel guard check`` and the CLI choose from.
+
+- ``exhaustive``: breadth-first search of every interleaving; a verdict is
+  final and a counterexample is a shortest one.
+- ``hypothesis``: samples interleavings and minimises what it finds; a
+  ``holds`` means none was found within the profile's budget.
+- ``z3``: bounded model checking on the actions' learned paths; a violation is
+  a shortest one, ``holds-to-depth`` / ``unreached-to-depth`` are bounded
+  answers, and ``proved`` marks a verdict that holds at every depth.
+"""
+from __future__ import annotations
+
+import enum
+import pathlib
+from typing import Callable, Dict, List, Optional, Sequence
+
+import attrs
+
+from reqmodel.engines.exhaustive import DEFAULT_MAX_STATES, Trace, explore
+from reqmodel.model.properties import Property
+from reqmodel.model.releases import Release
+from reqmodel.model.scenario import Scenario
+from reqmodel.traces import itf
+
+
+class EngineInputError(ValueError):
+    """A scenario or bound an engine cannot take; one line for the user."""
+
+
+class NetBoundError(EngineInputError):
+    """The Z3 engine's state vector has too few message slots for the scenario."""
+
+
+class Answer(enum.StrEnum):
+    """The verdict vocabulary every engine answers in."""
+
+    HOLDS = "holds"  # safety: no violation; reachability: the good state is reached
+    VIOLATED = "violated"  # safety: a counterexample; reachability: the good state is unreachable
+    NOT_APPLICABLE = "not-applicable"  # the property says nothing on this release x scenario
+    HOLDS_TO_DEPTH = "holds-to-depth"  # z3: no violation of at most `depth` steps
+    UNREACHED_TO_DEPTH = "unreached-to-depth"  # z3: the good state is not within `depth` steps
+
+
+@attrs.frozen
+class Result:
+    """One engine's answer for one property on one release x scenario."""
+
+    release: str
+    scenario: str
+    property: str
+    kind: str
+    verdict: Answer
+    trace_length: Optional[int]
+    trace_file: Optional[str]
+    states: Optional[int]
+    seconds: float
+    engine: str = "exhaustive"
+    examples: Optional[int] = None  # hypothesis: test cases run
+    steps: Optional[int] = None  # hypothesis: model steps executed
+    runs: Optional[int] = None  # hypothesis: runs of the scenario (several per test case)
+    depth: Optional[int] = None  # z3: the depth searched
+    clauses: Optional[int] = None  # z3: paths of the actions learned
+    refinements: Optional[int] = None  # z3: sequences into states with a path not learned yet
+    proved: bool = False  # z3: the verdict holds for every depth (no simple path was left)
+    # the counterexample (or witness) and what its trace file's #meta adds
+    trace: Optional[Trace] = attrs.field(default=None, eq=False, repr=False)
+    trace_meta: Dict = attrs.field(factory=dict, eq=False, repr=False)
+
+    def as_json(self) -> dict:
+        out = {"release": self.release, "scenario": self.scenario, "property": self.property,
+               "verdict": str(self.verdict), "trace_length": self.trace_length,
+               "trace_file": self.trace_file, "states": self.states,
+               "seconds": round(self.seconds, 3)}
+        if self.engine == "hypothesis":
+            out.update(engine="hypothesis", examples=self.examples, runs=self.runs,
+                       steps=self.steps)
+        if self.engine == "z3":
+            out.update(engine="z3", depth=self.depth, proved=self.proved, clauses=self.clauses,
+                       refinements=self.refinements)
+        return out
+
+
+def _length(trace: Optional[Trace]) -> Optional[int]:
+    return None if trace is None else len(trace)
+
+
+class Exhaustive:
+    """Every interleaving, breadth first (``reqmodel.engines.exhaustive``)."""
+
+    name = "exhaustive"
+
+    def __init__(self, max_states: int = DEFAULT_MAX_STATES) -> None:
+        self.max_states = max_states
+
+    def check(self, release: Release, scenario: Scenario,
+              props: Sequence[Property]) -> List[Result]:
+        ex = explore(release, scenario, props, max_states=self.max_states, keep_graph=False)
+        return [Result(release.name, scenario.name, p.name, p.kind, Answer(v.verdict),
+                       v.trace_length, None, ex.states, ex.seconds, self.name, trace=v.trace)
+                for p in props for v in (ex.verdicts[p.name],)]
+
+
+class Hypothesis:
+    """Sampled interleavings, minimised (``reqmodel.engines.hypothesis``)."""
+
+    name = "hypothesis"
+
+    def __init__(self, profile: str = "ci") -> None:
+        self.profile = profile
+
+    def check(self, release: Release, scenario: Scenario,
+              props: Sequence[Property]) -> List[Result]:
+        from reqmodel.engines.hypothesis import engine as hypo
+        out = []
+        for p in props:
+            hv = hypo.check_property(release, scenario, p, self.profile)
+            v = hv.verdict
+            out.append(Result(release.name, scenario.name, p.name, p.kind, Answer(v.verdict),
+                              v.trace_length, None, None, hv.seconds, self.name, hv.examples,
+                              hv.steps, hv.runs, trace=v.trace,
+                              trace_meta={"profile": self.profile, "examples": hv.examples,
+                                          "runs": hv.runs, "hypothesis_length": hv.shrunk_length}))
+        return out
+
+
+class Z3:
+    """Bounded model checking with Z3 (``reqmodel.engines.z3.bmc``)."""
+
+    name = "z3"
+    # bmc's own words, in the one vocabulary: a reached good state is
+    # "holds" (with the path's length), a proof is "holds" (an unreachable
+    # good state, "violated"), as in the exhaustive engine
+    ANSWERS = {"violated": Answer.VIOLATED, "reached": Answer.HOLDS, "proved": Answer.HOLDS,
+               "unreachable": Answer.VIOLATED, "holds-to-depth": Answer.HOLDS_TO_DEPTH,
+               "unreached-to-depth": Answer.UNREACHED_TO_DEPTH}
+    DEFAULT_DEPTH = 12
+    MAX_DEPTH = 60
+
+    def __init__(self, depth: int = DEFAULT_DEPTH, max_net: int = 8,
+                 seconds: Optional[float] = None) -> None:
+        self.depth, self.max_net, self.seconds = depth, max_net, seconds
+
+    def check(self, release: Release, scenario: Scenario,
+              props: Sequence[Property]) -> List[Result]:
+        from reqmodel.engines.z3 import bmc
+        applicable = [p for p in props if p.applies(release, scenario)]
+        from reqmodel.engines.z3 import action_paths
+        try:
+            res = (bmc.run(release, scenario, applicable, self.depth, max_net=self.max_net,
+                           seconds=self.seconds) if applicable else {})
+        except action_paths.NetBound as e:
+            raise NetBoundError(str(e)) from None
+        except bmc.TooManyPaths as e:
+            raise EngineInputError(str(e)) from None
+        out = []
+        for p in props:
+            r = res.get(p.name)
+            if r is None:
+                out.append(Result(release.name, scenario.name, p.name, p.kind,
+                                  Answer.NOT_APPLICABLE, None, None, None, 0.0, self.name,
+                                  depth=self.depth))
+                continue
+            out.append(Result(release.name, scenario.name, p.name, p.kind, self.ANSWERS[r.verdict],
+                              _length(r.trace), None, None, r.seconds, self.name, depth=r.depth,
+                              clauses=r.clauses, refinements=r.refinements,
+                              proved=r.verdict in ("proved", "unreachable"), trace=r.trace,
+                              trace_meta={"depth": self.depth}))
+        return out
+
+
+# the one table of engines: name -> class
+ENGINES = {e.name: e for e in (Exhaustive, Hypothesis, Z3)}
+
+
+def trace_path(out: pathlib.Path, release: str, prop: str, scenario: str) -> pathlib.Path:
+    return out / release / f"{prop}-{scenario}.itf.json"
+
+
+def run(engine, releases: Sequence[Release], scenarios: Sequence[Scenario],
+        props: Sequence[Property], out: Optional[pathlib.Path],
+        progress: Optional[Callable] = None, write_witnesses: bool = False) -> List[Result]:
+    """``engine.check`` on each (scenario, release) pair, in that order.
+
+    Counterexamples of violated properties are written under ``out`` (and
+    witnesses of reachability properties when ``write_witnesses``);
+    ``progress(scenario, release, results)`` is called after each pair."""
+    results: List[Result] = []
+    for sc in scenarios:
+        for rel in releases:
+            pair = engine.check(rel, sc, props)
+            for r in pair:
+                path = None
+                if (r.trace is not None and out is not None
+                        and (r.verdict == Answer.VIOLATED or write_witnesses)):
+                    p = trace_path(out, rel.name, r.property, sc.name)
+                    itf.write(p, r.trace, sc, engine=engine.name, extra_meta=r.trace_meta or None)
+                    path = str(p)
+                results.append(attrs.evolve(r, trace_file=path))
+            if progress is not None:
+                progress(sc, rel, pair)
+    return results

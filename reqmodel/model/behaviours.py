@@ -1,0 +1,55 @@
+"""Small release behaviours as typed values: the KV checksum a release has,
+and the limit ``create_sender`` compares a prompt with. A release record
+holds one value of each (``checksum``, ``sender_capacity``), so one release's
+behaviour reads in one place and a proposal can replace it. (The ABORT_ACK
+target policy is larger and has its own module, ``ackpolicy``.)"""
+from __future__ import annotations
+
+import attrs
+
+from reqmodel.model.scenario import Scenario
+
+
+@attrs.frozen
+class KVChecksum:
+    """The digest ``--disaggregation-enable-kv-checksum`` compares (§5.8).
+
+    ``from_prefix``: the digest starts at decode's radix prefix
+    (``disagg_decode_prefix_len``, 0.5.23) instead of the prompt's first page
+    (0.5.21/0.5.22); ``needs_matching_layouts``: decode skips the check when
+    the two workers' KV layouts differ (0.5.23's layout-signature check)."""
+
+    name: str
+    from_prefix: bool
+    needs_matching_layouts: bool
+
+    def start(self, prefix: int) -> int:
+        """The first page of the range the digest covers."""
+        return prefix if self.from_prefix else 0
+
+    def verified(self, scenario: Scenario) -> bool:
+        """Decode compares the digest (the flag is on for decode, and the
+        layouts match where the release requires it)."""
+        return scenario.decode.kv_checksum and (scenario.layouts_match
+                                                or not self.needs_matching_layouts)
+
+
+PROMPT = KVChecksum("prompt", from_prefix=False, needs_matching_layouts=False)
+SUFFIX = KVChecksum("suffix", from_prefix=True, needs_matching_layouts=True)
+CHECKSUMS = {c.name: c for c in (PROMPT, SUFFIX)}
+
+
+@attrs.frozen
+class SenderCapacity:
+    """The limit ``create_sender`` refuses a prompt above: the prefill pool
+    (0.5.19-0.5.22) or the intake limit (0.5.23)."""
+
+    name: str
+    field: str  # the prefill Worker field that holds the limit
+
+    def limit(self, scenario: Scenario) -> int:
+        return getattr(scenario.prefill, self.field)
+
+
+POOL = SenderCapacity("pool", "pool_pages")
+INTAKE = SenderCapacity("intake", "intake_limit_pages")

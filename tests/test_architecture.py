@@ -1,0 +1,100 @@
+"""The package layout holds: the model imports no engine, its modules stay
+small, and every engine answers through the one interface."""
+import ast
+import pathlib
+
+import pytest
+
+import reqmodel
+from reqmodel.engines.base import ENGINES, Answer, Result, run
+from reqmodel.model import properties, releases, scenario
+
+ROOT = pathlib.Path(reqmodel.__file__).parent
+MODEL = sorted((ROOT / "model").rglob("*.py"))
+OUTSIDE_THE_MODEL = ("reqmodel.engines", "reqmodel.traces", "reqmodel.proposals", "reqmodel.cli",
+                     "reqmodel.conform")
+
+
+def _imports(path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path.name}: relative import"
+            yield node.module or ""
+            for a in node.names:
+                yield f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name
+
+
+@pytest.mark.parametrize("path", MODEL, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_model_imports_no_engine(path):
+    """Engines, traces, proposals, the CLI and conformance consume the model;
+    nothing in the model reaches back (also not inside a function)."""
+    bad = [m for m in _imports(path) if m.startswith(OUTSIDE_THE_MODEL)]
+    assert not bad, f"{path.name} imports {bad}"
+
+
+@pytest.mark.parametrize("path", MODEL, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_model_module_is_over_600_lines(path):
+    assert len(path.read_text().splitlines()) <= 600
+
+
+def test_the_import_check_finds_an_engine_import(tmp_path):
+    """The check above can fail."""
+    p = tmp_path / "m.py"
+    p.write_text("def f():\n    from reqmodel.engines import exhaustive\n")
+    assert any(m.startswith(OUTSIDE_THE_MODEL) for m in _imports(p))
+
+
+def test_every_engine_answers_in_the_one_vocabulary():
+    """Exhaustive search, Hypothesis and Z3, through the one table, on a
+    scenario each of them decides: the same verdict on every property."""
+    rel, sc = releases.get("0.5.21"), scenario.builtin("both-reject")
+    props = properties.select([])
+    options = {"exhaustive": {}, "hypothesis": {"profile": "dev"}, "z3": {"depth": 8}}
+    assert set(options) == set(ENGINES)
+    answers = {}
+    for name, cls in ENGINES.items():
+        engine = cls(**options[name])
+        assert engine.name == name
+        results = engine.check(rel, sc, props)
+        assert [r.property for r in results] == [p.name for p in props]
+        assert all(isinstance(r, Result) and isinstance(r.verdict, Answer) for r in results)
+        answers[name] = {r.property: r.verdict for r in results}
+    assert answers["exhaustive"] == answers["hypothesis"] == answers["z3"]
+
+
+def test_run_writes_only_violations_under_out(tmp_path):
+    results = run(ENGINES["exhaustive"](), [releases.get("0.5.19")], [scenario.builtin("incident")],
+                  properties.select(["no-foreign-kv-read", "valid-request-completes"]), tmp_path)
+    by = {r.property: r for r in results}
+    assert by["no-foreign-kv-read"].verdict == Answer.VIOLATED
+    assert pathlib.Path(by["no-foreign-kv-read"].trace_file).is_file()
+    assert by["valid-request-completes"].trace_file is None
+    assert sorted(p.name for p in tmp_path.rglob("*.json")) == ["no-foreign-kv-read-incident.itf.json"]
+
+
+def test_property_kinds_are_an_enum():
+    kinds = {p.kind for p in properties.CATALOG.values()}
+    assert kinds == set(properties.Kind)
+    with pytest.raises(ValueError):
+        properties.Property(name="x", kind="eventually", ref="", text="")
+
+
+def test_one_encoder_per_adapter_seam():
+    """Conformance encodes cases through a table keyed like the adapter's
+    seams, and every seam action names one of them in @action(seam=...)."""
+    import ast
+    import pathlib
+    from reqmodel.conform import cases as cases_mod
+    from reqmodel.model import actions
+    src = (pathlib.Path(cases_mod.__file__).parent / "adapter.py").read_text()
+    seams = next(node for node in ast.parse(src).body
+                 if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "SEAMS")
+    adapter_seams = {k.value for k in seams.value.keys}
+    step_seams = set(cases_mod.ENCODERS)
+    assert step_seams <= adapter_seams
+    assert {a.seam for a in actions.ACTIONS if a.seam} == step_seams
+    assert cases_mod.SEAMS == {a.name: a.seam for a in actions.ACTIONS if a.seam}
