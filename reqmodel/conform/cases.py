@@ -290,11 +290,7 @@ def from_drawn(release: Release, target: int, collector: Optional[Collector] = N
         s = actions.initial_state(sc)
         for i in range(walk_steps):
             col.add_state(ctx, s, f"drawn scenario {_describe(sc)}, step {i}")
-            succ = []
-            for a in actions.ACTIONS:
-                for r in range(sc.n):
-                    if a.enabled(ctx, s, r):
-                        succ.append((a, r))
+            succ = list(actions.enabled(ctx, s))
             if not succ:
                 return
             a, r = rnd.choice(succ)

@@ -378,8 +378,6 @@ class State:
 
 
 _FIELDS: Dict[type, Tuple[str, ...]] = {}
-# symbolic subclasses (reqmodel.symexec) copy their raw, unread fields
-_SYM_REPLACE: Dict[type, object] = {}
 
 
 def replace(obj, **changes):
@@ -388,8 +386,10 @@ def replace(obj, **changes):
     cls = type(obj)
     names = _FIELDS.get(cls)
     if names is None:
-        hook = _SYM_REPLACE.get(cls)
-        if hook is not None:
-            return hook(obj, changes)
+        # a subclass may bring its own copy (the Z3 engine's symbolic values
+        # copy their raw, unread fields); the model knows no engine
+        own = cls.__dict__.get("replace_fields")
+        if own is not None:
+            return own(obj, changes)
         names = _FIELDS[cls] = tuple(f.name for f in attrs.fields(cls))
     return cls(*[changes[n] if n in changes else getattr(obj, n) for n in names])

@@ -27,7 +27,6 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
-from reqmodel.model import state as st
 from reqmodel.model.actions import ACTIONS, Action, Ctx, Event, Step, initial_state
 from reqmodel.model.properties import Property
 from reqmodel.model.state import DRoom, DecodeReq, MetaSlot, Msg, Page, PrefillReq, Room, State
@@ -121,11 +120,11 @@ def _sym_class(cls):
     ns.update(__slots__=("_raw",), __eq__=cmp(operator.eq), __ne__=cmp(operator.ne),
               __lt__=cmp(operator.lt), __le__=cmp(operator.le), __gt__=cmp(operator.gt),
               __ge__=cmp(operator.ge), __hash__=lambda self: hash(key(self)),
-              __repr__=lambda self: f"Sym{cls.__name__}({self._raw})")
+              __repr__=lambda self: f"Sym{cls.__name__}({self._raw})",
+              replace_fields=staticmethod(_replace))
     sub = type("Sym" + cls.__name__, (cls,), ns)
     _SYM[cls] = sub
     _BASE[sub] = cls
-    st._SYM_REPLACE[sub] = _replace
     return sub
 
 

@@ -26,8 +26,8 @@ one ``Req`` ``req``, and the registry itself ``core``.
 from reqmodel.model.actions import intake, prefill, transfer, decode, client, timeouts  # noqa: F401 (registers)
 from reqmodel.model.actions import kvmanager, req, transport  # noqa: F401
 from reqmodel.model.actions.core import (ACTIONS, BY_NAME, CHANNEL_ARG, PRANK_ARG, RANK_ARG, Action,
-                                         Ctx, Effect, Event, Step, action, apply, initial_state,
-                                         successors)
+                                         Ctx, Effect, Event, Step, action, apply, enabled,
+                                         initial_state, successors)
 
 __all__ = ["ACTIONS", "BY_NAME", "CHANNEL_ARG", "PRANK_ARG", "RANK_ARG", "Action", "Ctx", "Effect",
-           "Event", "Step", "action", "apply", "initial_state", "successors"]
+           "Event", "Step", "action", "apply", "enabled", "initial_state", "successors"]

@@ -158,13 +158,18 @@ def successors(ctx: Ctx, s: State, max_choices: Optional[int] = None
     """Every enabled step of ``s``: the next-state relation is the disjunction
     of the actions, over requests and choices (with ``max_choices``, only the
     first that many choices of each action: a bounded sample)."""
+    for a, r in enabled(ctx, s):
+        for arg in itertools.islice(a.args(ctx, s, r), max_choices):
+            nxt, evs = a.effect(ctx, s, r, arg)
+            yield Step(a.name, r, arg), nxt, evs
+
+
+def enabled(ctx: Ctx, s: State) -> Iterable[Tuple[Action, int]]:
+    """Every (action, request) whose guard holds in ``s``, in registry order."""
     for a in ACTIONS:
         for r in range(ctx.scenario.n):
-            if not a.enabled(ctx, s, r):
-                continue
-            for arg in itertools.islice(a.args(ctx, s, r), max_choices):
-                nxt, evs = a.effect(ctx, s, r, arg)
-                yield Step(a.name, r, arg), nxt, evs
+            if a.enabled(ctx, s, r):
+                yield a, r
 
 
 def apply(ctx: Ctx, s: State, step: Step) -> Optional[Tuple[State, Tuple[Event, ...]]]:
