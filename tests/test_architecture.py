@@ -98,3 +98,12 @@ def test_one_encoder_per_adapter_seam():
     assert step_seams <= adapter_seams
     assert {a.seam for a in actions.ACTIONS if a.seam} == step_seams
     assert cases_mod.SEAMS == {a.name: a.seam for a in actions.ACTIONS if a.seam}
+
+
+def test_message_kinds_are_a_closed_vocabulary():
+    from reqmodel.model.state import Msg, MsgKind
+    m = Msg("metadata", 0)
+    assert m.kind is MsgKind.metadata and m.kind == "metadata"
+    assert repr(m.kind) == "'metadata'"  # symmetry orders states by repr
+    with pytest.raises(ValueError):
+        Msg("teleport", 0)

@@ -284,11 +284,31 @@ class MetaSlot:
     covered_pages: int = 0
 
 
+class MsgKind(enum.StrEnum):
+    """The kinds of message in flight (the closed vocabulary of ``Msg.kind``).
+
+    Members are named by their wire word, so a member hashes and compares as
+    that word, a trace records it as that word, and its ``repr`` (which
+    symmetry reduction orders states by) is the word's."""
+
+    metadata = "metadata"  # D->P send_metadata: destination pages and slot
+    chunk = "chunk"  # P->transfer worker send_kv_chunk
+    write = "write"  # a dequeued chunk's RDMA write into decode pages, in flight
+    stray = "stray"  # a write whose batch failed, not landed yet
+    status = "status"  # transfer worker -> D: a KVPoll report
+    abort = "abort"  # D->P ABORT
+    ack = "ack"  # P->D ABORT_ACK
+    recompute = "recompute"  # D->P: a retracted request sent back for prefill recompute
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
 # Message kinds that travel decode -> prefill on one cached ZMQ connection per
 # bootstrap endpoint (``send_metadata`` and ``receiver.abort``, cc 21:1962-1967,
 # 2050-2062): a FIFO channel.  The actions deliver them in order and symmetry
 # reduction must not reorder them.
-D_TO_P = ("metadata", "abort")
+D_TO_P = (MsgKind.metadata, MsgKind.abort)
 
 
 @attrs.frozen(order=True, cache_hash=True)
@@ -304,7 +324,7 @@ class Msg:
     channel per (room, decode rank).
     """
 
-    kind: str
+    kind: MsgKind = attrs.field(converter=MsgKind)
     rid: int
     pages: Tuple[int, ...] = ()  # metadata: dst pages; chunk: [start, end) in P's prompt
     last: bool = False

@@ -18,7 +18,7 @@ from reqmodel.model.actions.transport import (channels, consume, own_msg, own_ra
                                               prank_of, rank_msgs, send)
 from reqmodel.model.guards import is_aborted
 from reqmodel.model.state import (ABORT_400, ABORT_500, DecodeReq, DRoom, DStage, KVPoll, LENGTH,
-                                  MetaSlot, Msg, PrefillReq, PStage, replace, State)
+                                  MetaSlot, Msg, MsgKind, PrefillReq, PStage, replace, State)
 
 
 def _at_d_door(c, s, r):
@@ -186,10 +186,10 @@ def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = set_d(s, r, stage=DStage.TRANSFER, pages=tuple(chosen), prefix_pages=prefix,
               meta_slot=slot)
     for k, q in channels(c):  # to every prefill rank the receiver bootstraps from
-        s = send(s, Msg("metadata", r, pages=tuple(chosen), slot=slot, checksum=(prefix,),
+        s = send(s, Msg(MsgKind.metadata, r, pages=tuple(chosen), slot=slot, checksum=(prefix,),
                         rank=k, prank=q))
     if req.rebootstrap:  # submit_prefill_recompute (dc 21:1748-1752)
-        s = send(s, Msg("recompute", r))
+        s = send(s, Msg(MsgKind.recompute, r))
     return s, (Prealloc(r, "decode", is_aborted(req)),
                Acquire(r, "decode", "kv"))
 

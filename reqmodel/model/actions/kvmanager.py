@@ -12,7 +12,7 @@ from typing import Optional, Tuple
 
 from reqmodel.model.actions.core import Ctx, pranks, set_d, set_p
 from reqmodel.model.actions.transport import send
-from reqmodel.model.state import DRoom, KVPoll, Msg, replace, Room, State
+from reqmodel.model.state import DRoom, KVPoll, Msg, MsgKind, replace, Room, State
 
 
 def room_of(c: Ctx, s: State, r: int, q: int = 0) -> Room:
@@ -179,7 +179,7 @@ def maybe_ack_drained(c: Ctx, s: State, r: int, q: int = 0) -> State:
     targets = c.release.ack_targets.on_drain(room)
     for k in sorted(targets):
         gen, origin = targets[k]
-        s = send(s, Msg("ack", origin, rank=k, gen=gen, prank=q))
+        s = send(s, Msg(MsgKind.ack, origin, rank=k, gen=gen, prank=q))
     return s
 
 
@@ -216,7 +216,7 @@ def notify_abort(c: Ctx, s: State, r: int, ranks: Tuple[int, ...], arm: bool) ->
             gen = fresh_generation(c, s, r) if c.release.ack_generations else 0
             s = arm_tracker(c, s, r, k, gen)
         for q in pranks(c):  # to every prefill rank of its bootstrap_infos
-            s = send(s, Msg("abort", r, rank=k, gen=gen, prank=q))
+            s = send(s, Msg(MsgKind.abort, r, rank=k, gen=gen, prank=q))
     return set_d(s, r, notified=tuple(sorted(set(req.notified) | set(new))))
 
 

@@ -19,7 +19,7 @@ from reqmodel.model.actions.req import (p_free_metadata, p_release_kv, promote, 
 from reqmodel.model.actions.transport import (arrival_of, consume, next_d_to_p,
                                               prank_of, rank_of, send)
 from reqmodel.model.guards import is_aborted
-from reqmodel.model.state import ABORT_400, ABORT_500, KVPoll, Msg, PStage, State
+from reqmodel.model.state import ABORT_400, ABORT_500, KVPoll, Msg, MsgKind, PStage, State
 
 
 def _at_p_door(c, s, r):
@@ -260,7 +260,7 @@ def send_kv_chunk(c: Ctx, s: State, r: int, end: int) -> Effect:
     s = set_p(s, r, sent=end)
     for q in pranks(c):  # every prefill rank's sender sends its own heads
         if takes_chunks(room_of(c, s, r, q)):
-            s = send(s, Msg("chunk", r, pages=(start - prefix, end - prefix), last=last, prank=q))
+            s = send(s, Msg(MsgKind.chunk, r, pages=(start - prefix, end - prefix), last=last, prank=q))
     return s, (Send(r, "prefill", last, req.holds_metadata),)
 
 

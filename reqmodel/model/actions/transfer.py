@@ -16,7 +16,7 @@ from reqmodel.model.actions.kvmanager import (maybe_ack_drained, outstanding, po
 from reqmodel.model.actions.transport import (arrival_of, consume, next_d_to_p,
                                               own_msg, own_ranks, prank_args, prank_of, rank_msgs,
                                               rank_of, send)
-from reqmodel.model.state import DStage, KVPoll, Msg, PStage, replace, State
+from reqmodel.model.state import DStage, KVPoll, Msg, MsgKind, PStage, replace, State
 
 
 def _worker_busy(s: State, r: int, q: int) -> bool:
@@ -66,7 +66,7 @@ def xfer_dequeue(c: Ctx, s: State, r: int, arg=()) -> Effect:
         if c.release.checksum and c.scenario.prefill.kv_checksum:
             checksum = _p_digest(c, s, r, q)
         covered = room.prefix + max(s.p[r].send_pages, 0)
-    return send(s, Msg("write", r, pages=room.dst[a:b], last=msg.last, slot=room.dst_slot,
+    return send(s, Msg(MsgKind.write, r, pages=room.dst[a:b], last=msg.last, slot=room.dst_slot,
                        checksum=checksum, covered=covered, prank=q)), ()
 
 
@@ -106,7 +106,7 @@ def xfer_write(c: Ctx, s: State, r: int, arg=()) -> Effect:
         if c.release.conclude_transfer and (room.failure_record or room.status == KVPoll.Failed):
             final = KVPoll.Failed
         s = update_status(c, s, r, final, q)
-        s = send(s, Msg("status", r, poll=final, prank=q))
+        s = send(s, Msg(MsgKind.status, r, poll=final, prank=q))
     return worker_done(c, s, r, msg.last, q), evs
 
 
@@ -186,11 +186,11 @@ def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
     inflight = rank_msgs(s, "write", r, q)
     if inflight:
         w = inflight[0]
-        s = send(consume(s, w), Msg("stray", w.rid, pages=w.pages, prank=q))
+        s = send(consume(s, w), Msg(MsgKind.stray, w.rid, pages=w.pages, prank=q))
     s = record_failure(c, s, r, q)
     if inflight and c.release.poison_failed_rooms:
         s = set_room(c, s, r, q=q, poisoned=True, ack_to=())
-    s = send(s, Msg("status", r, poll=KVPoll.Failed, prank=q))
+    s = send(s, Msg(MsgKind.status, r, poll=KVPoll.Failed, prank=q))
     if inflight:
         s = worker_done(c, s, r, inflight[0].last, q)
     return s, ()
@@ -238,5 +238,5 @@ def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     if policy.registers(msg.gen, active, busy, c.release.ack_generations):
         return maybe_ack_drained(c, register_ack_target(c, s, msg), r, q), ()
     if policy.acks_at_once and not busy:
-        s = send(s, Msg("ack", r, rank=k, prank=q))
+        s = send(s, Msg(MsgKind.ack, r, rank=k, prank=q))
     return s, ()
