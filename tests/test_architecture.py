@@ -107,3 +107,14 @@ def test_message_kinds_are_a_closed_vocabulary():
     assert repr(m.kind) == "'metadata'"  # symmetry orders states by repr
     with pytest.raises(ValueError):
         Msg("teleport", 0)
+
+
+def test_a_proposal_written_for_the_old_import_path_still_loads(tmp_path):
+    """reqmodel.proposal is kept as an alias of the proposal API."""
+    from reqmodel.proposals import proposal
+    p = tmp_path / "old-style.py"
+    p.write_text("from reqmodel.proposal import RETIRE_CLEANUP_FULL, is_unadmitted_reject\n"
+                 "base = '0.5.20'\nretire_cleanup = RETIRE_CLEANUP_FULL\n"
+                 "def prefill_door(req):\n    return is_unadmitted_reject(req)\n")
+    loaded = proposal.load(str(p))
+    assert loaded.base.name == "0.5.20" and "prefill_door" in loaded.replaced
