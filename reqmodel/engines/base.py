@@ -57,7 +57,6 @@ class Result:
     property: str
     kind: str
     verdict: Answer
-    trace_length: Optional[int]
     trace_file: Optional[str]
     states: Optional[int]
     seconds: float
@@ -73,6 +72,10 @@ class Result:
     trace: Optional[Trace] = attrs.field(default=None, eq=False, repr=False)
     trace_meta: Dict = attrs.field(factory=dict, eq=False, repr=False)
 
+    @property
+    def trace_length(self) -> Optional[int]:
+        return None if self.trace is None else len(self.trace)
+
     def as_json(self) -> dict:
         out = {"release": self.release, "scenario": self.scenario, "property": self.property,
                "verdict": str(self.verdict), "trace_length": self.trace_length,
@@ -87,10 +90,6 @@ class Result:
         return out
 
 
-def _length(trace: Optional[Trace]) -> Optional[int]:
-    return None if trace is None else len(trace)
-
-
 class Exhaustive:
     """Every interleaving, breadth first (``reqmodel.engines.exhaustive``)."""
 
@@ -103,7 +102,7 @@ class Exhaustive:
               props: Sequence[Property]) -> List[Result]:
         ex = explore(release, scenario, props, max_states=self.max_states, keep_graph=False)
         return [Result(release.name, scenario.name, p.name, p.kind, Answer(v.verdict),
-                       v.trace_length, None, ex.states, ex.seconds, self.name, trace=v.trace)
+                       None, ex.states, ex.seconds, self.name, trace=v.trace)
                 for p in props for v in (ex.verdicts[p.name],)]
 
 
@@ -123,7 +122,7 @@ class Hypothesis:
             hv = hypo.check_property(release, scenario, p, self.profile)
             v = hv.verdict
             out.append(Result(release.name, scenario.name, p.name, p.kind, Answer(v.verdict),
-                              v.trace_length, None, None, hv.seconds, self.name, hv.examples,
+                              None, None, hv.seconds, self.name, hv.examples,
                               hv.steps, hv.runs, trace=v.trace,
                               trace_meta={"profile": self.profile, "examples": hv.examples,
                                           "runs": hv.runs, "hypothesis_length": hv.shrunk_length}))
@@ -164,11 +163,11 @@ class Z3:
             r = res.get(p.name)
             if r is None:
                 out.append(Result(release.name, scenario.name, p.name, p.kind,
-                                  Answer.NOT_APPLICABLE, None, None, None, 0.0, self.name,
+                                  Answer.NOT_APPLICABLE, None, None, 0.0, self.name,
                                   depth=self.depth))
                 continue
             out.append(Result(release.name, scenario.name, p.name, p.kind, self.ANSWERS[r.verdict],
-                              _length(r.trace), None, None, r.seconds, self.name, depth=r.depth,
+                              None, None, r.seconds, self.name, depth=r.depth,
                               clauses=r.clauses, refinements=r.refinements,
                               proved=r.verdict in ("proved", "unreachable"), trace=r.trace,
                               trace_meta={"depth": self.depth}))

@@ -30,6 +30,7 @@ class AckPolicy:
     """The interface; ``name`` is the variant's word in traces and notes."""
 
     name: str = "abstract"
+    acks_at_once: bool = True
 
     def registers(self, gen: int, active: bool, busy: bool, generations: bool) -> bool:
         raise NotImplementedError
@@ -40,8 +41,6 @@ class AckPolicy:
     def on_drain(self, room: Room) -> Dict[int, Tuple[int, int]]:
         """decode rank -> (generation, origin) of each ack sent on drain."""
         return {k: (gen, origin) for k, gen, origin in room.ack_to}
-
-    acks_at_once: bool = True
 
 
 @attrs.frozen

@@ -168,14 +168,17 @@ class Commit(Event):
     counted: Tuple[Tuple[int, int], ...]
     ranks: int
 
-    def own_reports(self) -> int:
+    def own_ranks(self) -> frozenset:
         """Prefill ranks whose counted Success answers this request's own transfer."""
-        return len({q for q, o in self.counted if o == self.rid})
+        return frozenset(q for q, o in self.counted if o == self.rid)
+
+    def own_reports(self) -> int:
+        return len(self.own_ranks())
 
     def describe(self) -> str:
-        if self.own_reports() >= self.ranks:
+        own = self.own_ranks()
+        if len(own) >= self.ranks:
             return "decode commits the transfer"
-        own = {q for q, o in self.counted if o == self.rid}
         reports = ", ".join(f"r{o}'s" + (f" (prefill rank {q})" if self.ranks > 1 else "")
                             for q, o in self.counted) or "no report"
         missing = tuple(q for q in range(self.ranks) if q not in own)

@@ -70,8 +70,7 @@ class Proposal:
         """The scenario with the proposal's forced options."""
         if not self.scenario_overrides:
             return sc
-        from reqmodel.traces.itf import scenario_config
-        data = scenario_config(sc)
+        data = sc.to_dict()
         for table, values in self.scenario_overrides.items():
             if table not in ("prefill", "decode", "options", "events"):
                 raise ProposalError(f"{self.path}: scenario_overrides: unknown table {table!r}")

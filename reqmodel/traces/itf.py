@@ -20,7 +20,6 @@ from typing import Any, Dict, List, Tuple
 import attrs
 
 from reqmodel.model.actions import BY_NAME, Step
-from reqmodel.model import scenario as sc_mod
 from reqmodel.model.scenario import Scenario
 from reqmodel.model.state import State
 
@@ -98,11 +97,6 @@ def decode_plain(value: Any) -> Any:
     raise TraceFileError(f"unsupported ITF value in action parameters: {value!r}")
 
 
-def scenario_config(sc: Scenario) -> Dict[str, Any]:
-    """The scenario as TOML-shaped data, so a trace replays without its file."""
-    return sc_mod.to_dict(sc)
-
-
 def to_itf(trace, scenario: Scenario, engine: str = "exhaustive",
            extra_meta: Dict[str, Any] = None) -> Dict[str, Any]:
     states: List[Dict[str, Any]] = []
@@ -129,7 +123,7 @@ def to_itf(trace, scenario: Scenario, engine: str = "exhaustive",
             "source": "reqmodel",
             "release": trace.release,
             "scenario": trace.scenario,
-            "scenario_config": scenario_config(scenario),
+            "scenario_config": scenario.to_dict(),
             "property": trace.property,
             "kind": "witness" if trace.violation == "reached" else "counterexample",
             "violation": trace.violation,

@@ -135,18 +135,13 @@ def _rid(x: Optional[int]) -> str:
     return "—" if x is None else f"r{x}"
 
 
-def event_text(e: Event) -> str:
-    """How a person reads the event: each event class describes itself."""
-    return e.describe()
-
-
 def _event_in_state(e: Event, s: State) -> str:
     """An event, with who last wrote each foreign page when it is a read."""
     if isinstance(e, ev.Read) and e.foreign:
         who = ", ".join(f"page {p} last written by "
                         + "/".join(_rid(w) for w in s.d_pages[p].writers) for p in e.foreign_pages)
         return f"attention reads FOREIGN KV ({who})"
-    return event_text(e)
+    return e.describe()
 
 
 @attrs.frozen
