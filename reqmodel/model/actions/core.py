@@ -67,17 +67,9 @@ class Action:
 
 
 RANK_ARG = ("rank",)  # the choice of actions that name a decode rank
-
-
 PRANK_ARG = ("prefill_rank",)  # ... that name a prefill rank (its transfer worker)
-
-
 CHANNEL_ARG = ("rank", "prefill_rank")  # ... that name a decode-prefill rank pair
-
-
 ACTIONS: List[Action] = []
-
-
 BY_NAME: Dict[str, Action] = {}
 
 
