@@ -69,7 +69,22 @@ class Release:
     # to start with any shipped backend (notes/traceability.md "Host-staged
     # destinations").
     host_destination_backends: Optional[Tuple[str, ...]]
+    # a prefill sender's poll on a room whose request_status entry is gone:
+    # False = check_status raises KeyError (Mooncake's sender, mc 19:2401,
+    # 20:2555, 21:2822, 22:3205); True = the poll reads Failed (0.5.23's
+    # CommonKVSender, cc 23:2353-2356)
+    sender_poll_missing_room_fails: bool
+    # an optimistic release-and-requeue spends one of the request's
+    # optimistic_prefill_attempts (pf 19:1375); only a mutant says False
+    requeue_spends_attempt: bool
+    # the timeouts' defaults in seconds, by the environment variable that
+    # sets them (each timeout action names its variable)
+    timeouts: Tuple[Tuple[str, float], ...]
     cites: Dict[str, str] = attrs.field(factory=dict, eq=False, hash=False)
+
+    def timeout_seconds(self, env: str) -> float:
+        """The default of the timeout that environment variable ``env`` sets."""
+        return dict(self.timeouts)[env]
 
     def guard_points(self) -> Dict[str, Callable]:
         return {name: getattr(self, name) for name in g.GUARD_POINTS}
@@ -98,6 +113,11 @@ R0519 = Release(
     client_abort_status=500,
     has_cache_handle=False,
     host_destination_backends=None,
+    sender_poll_missing_room_fails=False,
+    requeue_spends_attempt=True,
+    timeouts=(("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300),  # env 19:656
+              ("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300),  # env 19:660
+              ("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT", 30.0)),  # env 19:673
     ack_targets=LAST,
     ack_generations=False,
     poison_failed_rooms=False,
@@ -123,6 +143,8 @@ R0519 = Release(
         "hold": "dc 19:2305-2318 (env and abort_notified)",
         "clear": "cc 19:1339-1348 pops the ack target",
         "release": "dc 19:2405-2436 per rank: acks or 30 s",
+        "sender_poll": "mc 19:2401 check_status KeyError on a popped room",
+        "timeouts": "env 19:656, 19:660, 19:673",
     },
     **_COMMON,
 )
@@ -150,6 +172,8 @@ R0520 = attrs.evolve(
         "arming": "sch 20:5318-5337 (as 0.5.19)",
         "hold": "dc 20 (as 0.5.19)",
         "release": "dc 20:2492 (as 0.5.19)",
+        "sender_poll": "mc 20:2555 (as 0.5.19)",
+        "timeouts": "env 20:689, 20:693, 20:707 (as 0.5.19)",
     },
 )
 
@@ -187,6 +211,8 @@ R0521 = attrs.evolve(
         "clear": "cc 21:1694-1709 acks a drained room, keeps an outstanding one's target",
         "release": "dc 21:2806-2858 per rank for device destinations",
         "host_receive": "dc 21:698-704; bc 21:124, 21:229 (False, no backend overrides it)",
+        "sender_poll": "mc 21:2822 (as 0.5.19)",
+        "timeouts": "env 21:704, 21:708, 21:723 (as 0.5.19)",
     },
 )
 
@@ -216,7 +242,9 @@ R0522 = attrs.evolve(
            "prealloc_scan": "dc 22:1365",
            "commit_check": "dc 22:2507",
            "p_waiting_abort": "pf 22:573",
-           "host_receive": "dc 22:748-754; bc 22:130, 22:237 (as 0.5.21)"},
+           "host_receive": "dc 22:748-754; bc 22:130, 22:237 (as 0.5.21)",
+           "sender_poll": "mc 22:3205 (as 0.5.19)",
+           "timeouts": "env 22:706, 22:710, 22:725 (as 0.5.19)"},
 )
 
 R0523 = attrs.evolve(
@@ -226,6 +254,7 @@ R0523 = attrs.evolve(
     checksum=SUFFIX,
     release_reduced=True,
     clear_slot_resets_checksum=True,
+    sender_poll_missing_room_fails=True,
     cites={**R0522.cites,
            "ack_targets": "mc 23:2903; cc 23:1044-1084 (as 0.5.22)",
            "arming": "cc 23:2965; cc 23:979-1000",
@@ -244,7 +273,9 @@ R0523 = attrs.evolve(
            "requeue_fallback": "pf 23:1841 frees metadata",
            "checksum": "dc 23:2580-2598 layout signature",
            "clear_slot": "ut 23:517-522 (dc 23:2987, 3024)",
-           "host_receive": "dc 23:772-778; bc 23:135, 23:249 (as 0.5.21)"},
+           "host_receive": "dc 23:772-778; bc 23:135, 23:249 (as 0.5.21)",
+           "sender_poll": "cc 23:2353-2356 a missing room polls Failed",
+           "timeouts": "env 23:759, 23:763, 23:778 (as 0.5.19)"},
 )
 
 RELEASES: Dict[str, Release] = {r.name: r for r in (R0519, R0520, R0521, R0522, R0523)}

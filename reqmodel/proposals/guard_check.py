@@ -21,9 +21,10 @@ from reqmodel.model.state import DStage, PStage, State
 CHANGE = {("violated", "holds"): "fixed", ("holds", "violated"): "broken",
           ("violated", "violated"): "still-violated", ("holds", "holds"): "still-holds"}
 
-# seconds each timeout stands for, as its action declares it (env 19:656,
-# 19:660, 19:673)
-TIMEOUT_SECONDS = {a.name: a.timeout[1] for a in ACTIONS if a.timeout is not None}
+def timeout_seconds(release: Release) -> Dict[str, float]:
+    """Seconds each timeout action stands for on ``release``: its action
+    names the environment variable, the release record its default."""
+    return {a.name: release.timeout_seconds(a.timeout) for a in ACTIONS if a.timeout is not None}
 
 
 def _norm(v: str) -> str:
@@ -157,14 +158,16 @@ def measure(release: Release, sc: Scenario, max_states: int = DEFAULT_MAX_STATES
             elif rejected_there:
                 peer[e.side].add(kind)
 
+    seconds = timeout_seconds(release)
+
     def weight(u, v, data):
-        return TIMEOUT_SECONDS.get(data["step"].action, 0)
+        return seconds.get(data["step"].action, 0)
 
     R = G.reverse(copy=False)
     hold_max: Optional[float] = 0.0
     timeout_only: List[int] = []
     free = nx.DiGraph((u, v) for u, v, d in G.edges(data=True)
-                      if d["step"].action not in TIMEOUT_SECONDS)
+                      if d["step"].action not in seconds)
     free.add_nodes_from(G.nodes)
     Rfree = free.reverse(copy=False)
     for r in range(n):

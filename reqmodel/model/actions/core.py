@@ -25,6 +25,10 @@ class Ctx:
         d = self.scenario.deferred_release
         return self.release.deferred_release_default if d is None else d
 
+    def timeout_seconds(self, a: "Action") -> float:
+        """The default seconds of timeout action ``a`` on this release."""
+        return self.release.timeout_seconds(a.timeout)
+
     @property
     def abort_status(self) -> Finish:
         return Finish("abort", self.release.client_abort_status)
@@ -48,10 +52,16 @@ class Action:
     # the worker whose process runs the step: "prefill" (its scheduler, or its
     # transfer worker and KV manager) or "decode"
     worker: str = "prefill"
-    # a timeout: the environment variable that sets it and its default seconds
-    timeout: Optional[Tuple[str, int]] = None
+    # a timeout: the environment variable that sets it (its default seconds
+    # per release are the release record's ``timeouts``)
+    timeout: Optional[str] = None
     # the conformance seam that drives this step on the real code (conform.adapter.SEAMS)
     seam: Optional[str] = None
+    # a step the environment chooses, not the deployment's own progress: a
+    # client abort, a transfer failure, a retraction or pause, every timeout
+    # (by default: the steps a scenario [events] flag switches on); the
+    # liveness properties ask for answers through the other steps
+    environment: bool = False
 
     @property
     def doc(self) -> str:
@@ -75,7 +85,7 @@ BY_NAME: Dict[str, Action] = {}
 
 def action(actor: str, guard: Callable, choices: Callable = None, event: str = None,
            arg_names: Tuple[str, ...] = (), optional_args: int = 0, worker: str = None,
-           timeout: Tuple[str, int] = None, seam: str = None):
+           timeout: str = None, seam: str = None, environment: bool = None):
     """Register an action: ``guard(ctx, s, rid) -> bool`` first, effect below.
 
     ``worker`` defaults to the actor for the schedulers' actions and to
@@ -91,7 +101,7 @@ def action(actor: str, guard: Callable, choices: Callable = None, event: str = N
         names = tuple(arg_names)
         a = Action(fn.__name__, actor, guard, fn, choices, event, names,
                    len(names) if names in (RANK_ARG, PRANK_ARG, CHANNEL_ARG) else optional_args,
-                   worker, timeout, seam)
+                   worker, timeout, seam, event is not None if environment is None else environment)
         ACTIONS.append(a)
         BY_NAME[a.name] = a
         return fn

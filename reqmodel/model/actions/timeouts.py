@@ -28,7 +28,7 @@ def _bootstrapping_sender(c, s, r):
 
 
 @action("prefill", guard=_bootstrapping_sender, event="timeouts",
-        timeout=("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300))
+        timeout="SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")
 def p_bootstrap_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`` (300 s, env 19:656): a sender
     still Bootstrapping records a failure and goes Failed.  Every prefill
@@ -51,7 +51,7 @@ def _waiting_timeout_ranks(c, s, r):
 
 @action("decode", guard=_d_waiting_too_long, choices=_waiting_timeout_ranks, event="timeouts",
         arg_names=RANK_ARG,
-        timeout=("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300))
+        timeout="SGLANG_DISAGGREGATION_WAITING_TIMEOUT")
 def d_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``_check_waiting_timeout`` (cc 1595/1823/1982/2501/2888, 300 s) on one
     decode rank: record a failure, go Failed, send that rank's ABORT to P, set
@@ -103,7 +103,7 @@ def _held(c, s, r):
 
 
 @action("decode", guard=_held, event="timeouts",
-        timeout=("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT", 30))
+        timeout="SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT")
 def d_deferred_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT`` (30 s): a held
     device entry is released anyway ("releasing anyway", dc 19:2405-2436).  The
