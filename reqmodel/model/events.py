@@ -230,15 +230,26 @@ class RankRelease(Event):
 
 
 @attrs.frozen
-class PollKeyError(Event):
-    """Decode polls a room whose ``request_status`` entry another request
-    popped: ``check_status`` raises KeyError in the scheduler loop."""
+class Crash(Event):
+    """An exception escapes a scheduler loop: nothing catches it between the
+    call and the loop, so the worker's scheduler process dies (and with it
+    every request it serves).  ``error`` is the exception, ``call`` the
+    function that raises, ``cite`` the line per release."""
 
-    kind: ClassVar[str] = "poll_keyerror"
+    kind: ClassVar[str] = "crash"
+    error: str
+    call: str
+    why: str
 
     def describe(self) -> str:
-        return ("decode polls a room whose request_status another request popped: "
-                "KeyError, the decode scheduler stops")
+        return f"{self.side} CRASHES: {self.call} raises {self.error} ({self.why})"
+
+
+def poll_key_error(rid: int, side: str) -> Crash:
+    """A poll of a room whose ``request_status`` entry another request
+    popped: ``check_status`` is ``request_status[room]`` and raises KeyError."""
+    return Crash(rid, side, "KeyError", "check_status",
+                 "the room's request_status entry was popped by another request of the room")
 
 
 @attrs.frozen

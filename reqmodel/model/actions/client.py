@@ -42,7 +42,7 @@ def p_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
         if c.release.p_waiting_abort_releases_all or req.pending_bootstrap:
             s = sender_abort(c, s, r)
         if c.release.p_waiting_abort_releases_all:
-            s, evs = p_release_kv(s, r, unconditional=False)
+            s, evs = p_release_kv(c, s, r, unconditional=False)
         s = set_p(p_free_metadata(s, r), r, stage=PStage.GONE, finished_reason=c.abort_status,
                   pending_bootstrap=False if c.release.p_waiting_abort_releases_all
                   else req.pending_bootstrap, cache_handle=False)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from reqmodel.model.events import AckRelease, Acquire, Commit, DoorRetire, PollKeyError, Prealloc, RankRelease, Read, Release, StatusDropped
+from reqmodel.model.events import (AckRelease, Acquire, Commit, DoorRetire, Prealloc, RankRelease,
+                                   Read, Release, StatusDropped, poll_key_error)
 from reqmodel.model.actions.core import action, Ctx, Effect, PRANK_ARG, set_d
 from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, notify_abort, receiver_clear,
                                               receiver_fail, receiver_init, receiver_poll, room_id,
@@ -345,7 +346,7 @@ def d_poll_popped_room(c: Ctx, s: State, r: int, arg=()) -> Effect:
     scheduler's loop dies.  The model records the crash and fails the
     request so the search can go on; ``no-poll-of-popped-room`` flags it."""
     s = set_d(s, r, receiver_state=KVPoll.Failed)
-    return s, (PollKeyError(r, "decode"),)
+    return s, (poll_key_error(r, "decode"),)
 
 
 def _d_digest(c: Ctx, s: State, r: int) -> Tuple:
@@ -420,7 +421,7 @@ def _resume_choices(c, s, r):
 
 
 @action("decode", guard=_resumable, choices=_resume_choices, event="retract",
-        arg_names=("prefix", "pages"))
+        arg_names=("prefix", "pages"), environment=False)
 def d_resume(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """R5 ``resume_retracted_reqs`` (dc 804/829/950/997/1021): fresh ``_pre_alloc``,
     the host backup restored into the new pages, ``is_retracted=False``, then

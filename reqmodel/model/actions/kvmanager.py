@@ -90,6 +90,9 @@ def sender_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
     polls = []
     for q in pranks(c):
         room = room_of(c, s, r, q)
+        if room.status is None and c.release.sender_poll_missing_room_fails:
+            polls.append(KVPoll.Failed)  # 0.5.23: a missing entry polls Failed (cc 23:2353-2356)
+            continue
         polls.append(KVPoll.Transferring if room.status == KVPoll.Success
                      and outstanding(c, s, r, q) else room.status)
     return None if None in polls else min(polls)

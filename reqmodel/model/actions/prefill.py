@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Tuple
 
 from reqmodel.model import guards as g
-from reqmodel.model.events import Acquire, DoorRetire, LateEffect, Release, Requeue, Send
+from reqmodel.model.events import (Acquire, Crash, DoorRetire, LateEffect, Release, Requeue, Send,
+                                   poll_key_error)
 from reqmodel.model.actions.core import action, CHANNEL_ARG, Ctx, Effect, Event, pranks, set_p
 from reqmodel.model.actions.kvmanager import (failure_exception, room_of, sender_abort,
                                               sender_clear, sender_poll, set_room, takes_chunks,
@@ -96,11 +97,15 @@ def _bootstrap_ready(c, s, r):
 def handle_bootstrap_failure(c: Ctx, s: State, r: int) -> Effect:
     """``handle_bootstrap_failure`` (pf 1021/1125/1182/1309/1352): clear the pending
     chunk, ``failure_exception()``, release KV/Mamba if held, free metadata,
-    ``pending_bootstrap=False``, ``prepare_abort(500)``, stream."""
+    ``pending_bootstrap=False``, ``prepare_abort(500)``, stream.  Every caller
+    acts on a poll that read Failed, and the sender's poll latched it
+    (``conclude_state``, mc 19:2409-2411, cc 23:2370-2371): a later poll
+    of the request (0.5.19 queues a late final result, pf 19:752-797) reads
+    Failed, not the popped room."""
     s = failure_exception(c, s, r)
-    s, evs = p_release_kv(s, r, unconditional=False)
+    s, evs = p_release_kv(c, s, r, unconditional=False)
     s = set_p(p_free_metadata(s, r), r, pending_bootstrap=False, finished_reason=ABORT_500,
-              stage=PStage.GONE, cache_handle=False)
+              stage=PStage.GONE, cache_handle=False, concluded=KVPoll.Failed)
     s, ev2 = stream_p(s, r, 500)
     return s, evs + ev2
 
@@ -237,7 +242,7 @@ def p_chunked_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     ``pending_bootstrap=False``, ``release_kv_cache(is_insert=False)``,
     ``chunked_req=None``, abort sent to the tokenizer."""
     s = sender_abort(c, s, r)
-    s, evs = p_release_kv(s, r, unconditional=True)
+    s, evs = p_release_kv(c, s, r, unconditional=True)
     s = set_p(p_free_metadata(s, r), r, finished_reason=c.abort_status, to_finish=None,
               pending_bootstrap=False, pending_chunked_abort=False, stage=PStage.GONE,
               cache_handle=False)
@@ -270,11 +275,12 @@ def optimistic_release_and_requeue(c: Ctx, s: State, r: int) -> Effect:
     waiting queue, or once attempts are exhausted straight into the bootstrap
     queue (no door; 0.5.23 frees the metadata buffer there)."""
     req = s.p[r]
-    s, evs = p_release_kv(s, r, unconditional=True)
+    s, evs = p_release_kv(c, s, r, unconditional=True)
     fields = dict(is_retracted=True, results_due=(), extend_end=0, sent=0,
                   pending_bootstrap=True)
     if req.requeues_left > 0:
-        fields.update(stage=PStage.WAITING, requeues_left=req.requeues_left - 1)
+        spent = 1 if c.release.requeue_spends_attempt else 0
+        fields.update(stage=PStage.WAITING, requeues_left=req.requeues_left - spent)
     else:
         fields.update(stage=PStage.BOOTSTRAP)
         if c.release.requeue_fallback_frees_metadata:
@@ -295,7 +301,7 @@ def retire_aborted_prefill_result(c: Ctx, s: State, r: int) -> Tuple[State, Tupl
         s = sender_abort(c, s, r)
     s = set_p(p_free_metadata(s, r), r, pending_bootstrap=False, cache_handle=False,
               stage=PStage.GONE, **promote(req))
-    s, evs = p_release_kv(s, r, unconditional=False)
+    s, evs = p_release_kv(c, s, r, unconditional=False)
     return s, evs, True
 
 
@@ -358,6 +364,67 @@ def p_result(c: Ctx, s: State, r: int, arg=()) -> Effect:
     return s, evs
 
 
+def _polls_popped_room(c, s, r):
+    req = s.p[r]
+    polled = (req.stage in (PStage.BOOTSTRAP, PStage.INFLIGHT)
+              or (req.stage is PStage.WAITING and not is_aborted(req))
+              or (req.stage is PStage.CHUNKED and req.pending_bootstrap))
+    return (polled and req.has_sender and not c.release.sender_poll_missing_room_fails
+            and sender_poll(c, s, r) is None)
+
+
+@action("prefill", guard=_polls_popped_room)
+def p_poll_popped_room(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """A prefill sender polls a room whose ``request_status`` entry another
+    request of the room has popped (its ``clear()`` or
+    ``failure_exception()``): Mooncake's sender poll calls ``check_status``,
+    ``request_status[room]`` (mc 19:2401, 20:2555, 21:2822, 22:3205), and the
+    KeyError escapes ``poll_and_all_reduce`` (ut 19:205-217) into the
+    bootstrap, waiting or inflight queue's loop (pf 19:452, 19:527, 19:876):
+    the prefill scheduler dies.  0.5.23's ``CommonKVSender`` polls Failed
+    instead (cc 23:2353-2356).  The model records the crash and latches
+    Failed so the search can go on."""
+    return set_p(s, r, concluded=KVPoll.Failed), (poll_key_error(r, "prefill"),)
+
+
+def _unexpected_poll(c, s, r):
+    """Where the scheduler raises on the poll it reads: the bootstrap queue on
+    Transferring or Success; the inflight queue on Bootstrapping for a request
+    not parked, and (``handle_pending_bootstrap``) on Transferring or Success
+    for a parked one."""
+    req = s.p[r]
+    if not req.has_sender or req.stage not in (PStage.BOOTSTRAP, PStage.INFLIGHT):
+        return None
+    poll = sender_poll(c, s, r)
+    if req.stage is PStage.BOOTSTRAP or req.pending_bootstrap:
+        bad = poll in (KVPoll.Transferring, KVPoll.Success)
+    else:
+        bad = poll == KVPoll.Bootstrapping
+    if not bad:
+        return None
+    if req.stage is PStage.BOOTSTRAP:
+        return "pop_bootstrapped"
+    return "handle_pending_bootstrap" if req.pending_bootstrap else "process_disagg_prefill_inflight_queue"
+
+
+@action("prefill", guard=lambda c, s, r: _unexpected_poll(c, s, r) is not None)
+def p_unexpected_poll(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """The prefill scheduler reads a poll state its queue has no branch for and
+    raises ``RuntimeError("Unexpected poll state ...")``: ``pop_bootstrapped``
+    on Transferring or Success (pf 19:488, 20:507, 21:537, 22:528, 23:550),
+    the inflight queue on Bootstrapping for a request that is not parked (pf
+    19:941, 20:1015, 21:1073, 22:1197, 23:1240), ``handle_pending_bootstrap``
+    on Transferring or Success (pf 19:1065, 20:1169, 21:1226, 22:1353,
+    23:1396).  Nothing catches it: the prefill scheduler dies.  A room entry
+    another request of the room moved on (its late write's Success, its
+    re-created sender) is how a request gets there.  The model records the
+    crash and latches Failed so the search can go on."""
+    where = _unexpected_poll(c, s, r)
+    poll = sender_poll(c, s, r)
+    return set_p(s, r, concluded=KVPoll.Failed), (
+        Crash(r, "prefill", "RuntimeError", where, f"unexpected poll state {poll.name}"),)
+
+
 def _inflight_ready(c, s, r):
     req = s.p[r]
     if req.stage is not PStage.INFLIGHT:
@@ -386,13 +453,13 @@ def p_inflight(c: Ctx, s: State, r: int, arg=()) -> Effect:
     if poll == KVPoll.Success:
         reason = c.release.inflight_success(req)
         s = set_p(s, r, finished_reason=reason)
-        s, evs = p_release_kv(s, r, unconditional=True)
+        s, evs = p_release_kv(c, s, r, unconditional=True)
         s = sender_clear(c, s, r)
         s, ev2 = stream_p(s, r, reason.status)
         s = set_p(p_free_metadata(s, r), r, stage=PStage.GONE, cache_handle=False)
         return s, evs + ev2
     s = failure_exception(c, s, r)
-    s, evs = p_release_kv(s, r, unconditional=True)
+    s, evs = p_release_kv(c, s, r, unconditional=True)
     if not (req.finished_reason is not None and req.finished_reason.is_abort):
         s = set_p(s, r, finished_reason=ABORT_500)
     s, ev2 = stream_p(s, r, s.p[r].finished_reason.status)

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from reqmodel.model.events import Release, Stream
+from reqmodel.model.events import Crash, Release, Stream
 from reqmodel.model.actions.core import Ctx, Event, set_d, set_p
 from reqmodel.model.state import ABORT_400, State
 
 
-def p_release_kv(s: State, r: int, unconditional: bool) -> Tuple[State, Tuple[Event, ...]]:
+def p_release_kv(c: Ctx, s: State, r: int, unconditional: bool) -> Tuple[State, Tuple[Event, ...]]:
     """``release_kv_cache`` on P (memc 254/276/292/378/400).  An unconditional
-    call on a request that holds nothing is recorded (0.5.19 asserts
-    ``supports_mamba()`` there, memc 19:254-263)."""
+    call on a request that holds no KV asserts ``tree_cache.supports_mamba()``
+    ("Only MambaRadixCache allow freeing before alloc", memc 19:257-260,
+    20:279-282, 21:297-300, 22:383-386, 23:405-408): with a tree cache that
+    keeps no Mamba state the AssertionError stops the prefill scheduler."""
     req = s.p[r]
     held = req.holds_kv or req.holds_mamba
-    evs = (Release(r, "prefill", "kv", held),) if (held or unconditional) else ()
+    evs: Tuple[Event, ...] = (Release(r, "prefill", "kv", held),) if (held or unconditional) else ()
+    if unconditional and not req.holds_kv and not c.scenario.hybrid_mamba:
+        evs += (Crash(r, "prefill", "AssertionError", "release_kv_cache",
+                      "the request holds no KV and the tree cache keeps no Mamba state"),)
     return set_p(s, r, kv_pages=0, holds_mamba=False), evs
 
 
