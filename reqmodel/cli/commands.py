@@ -223,6 +223,18 @@ def replay_cmd(trace_file, release, guards, as_json) -> None:
     click.echo(head)
     if loaded.property.kind == Kind.SOMETIMES:
         click.echo("good state reached" if not out.violated else "good state NOT reached")
+    elif loaded.property.kind.on_graph:
+        loop = loaded.meta.get("loop")
+        if not out.violated:
+            click.echo("not violated: " + ("the steps do not form a fair cycle that leaves the "
+                                          "request waiting" if loop is not None else
+                                          "the request can still be answered from the last state"))
+        elif loop is not None:
+            click.echo(f"VIOLATED: the steps after state {loop} return to it, a fair cycle "
+                       "that never answers the request")
+        else:
+            click.echo(f"VIOLATED at step {out.violated_at}: the request waits there with no "
+                       "way to an answer but a timeout")
     elif out.violated:
         click.echo(f"VIOLATED at step {out.violated_at}")
     else:
@@ -245,7 +257,8 @@ def show_cmd(trace_file, fmt, guards) -> None:
     if out.first_disabled_step is not None:
         raise UserError(f"{trace_file}: step {out.first_disabled_step} does not replay on "
                         f"{out.release}; use 'reqmodel replay' to investigate")
-    violating = loaded.property.kind == Kind.ALWAYS and out.violated
+    violating = (loaded.property.kind == Kind.ALWAYS or loaded.property.kind.on_graph) \
+        and out.violated
     rows = render.rows(loaded.steps, out.states, out.events, violating)
     if fmt == "markdown":
         click.echo(render.to_markdown(loaded.meta, rows), nl=False)

@@ -24,7 +24,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 import attrs
 
 from reqmodel.engines.exhaustive import DEFAULT_MAX_STATES, Trace, explore
-from reqmodel.model.properties import Property
+from reqmodel.model.actions import Ctx
+from reqmodel.model.properties import Kind, Property
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
 from reqmodel.traces import itf
@@ -68,6 +69,7 @@ class Result:
     clauses: Optional[int] = None  # z3: paths of the actions learned
     refinements: Optional[int] = None  # z3: sequences into states with a path not learned yet
     proved: bool = False  # z3: the verdict holds for every depth (no simple path was left)
+    note: Optional[str] = None  # why a verdict is not-applicable, or what part was checked
     # the counterexample (or witness) and what its trace file's #meta adds
     trace: Optional[Trace] = attrs.field(default=None, eq=False, repr=False)
     trace_meta: Dict = attrs.field(factory=dict, eq=False, repr=False)
@@ -81,6 +83,8 @@ class Result:
                "verdict": str(self.verdict), "trace_length": self.trace_length,
                "trace_file": self.trace_file, "states": self.states,
                "seconds": round(self.seconds, 3)}
+        if self.note:
+            out["note"] = self.note
         if self.engine == "hypothesis":
             out.update(engine="hypothesis", examples=self.examples, runs=self.runs,
                        steps=self.steps)
@@ -106,6 +110,34 @@ class Exhaustive:
                 for p in props for v in (ex.verdicts[p.name],)]
 
 
+def partial_forms(engine, release: Release, scenario: Scenario, props: Sequence[Property], check
+                  ) -> List[Result]:
+    """``check(props)`` for an engine that sees no state graph: a liveness
+    property (``Kind.on_graph``) is checked in its partial form, a state
+    predicate, when it has one, and reported ``violated`` when that breaks
+    (a deadlock is a violation of the whole property too); otherwise it is
+    ``not-applicable`` with the property's own one-line reason."""
+    ctx = Ctx(release, scenario)
+    plain = [p for p in props if not p.kind.on_graph]
+    stand_in = {p.name: attrs.evolve(p, kind=Kind.ALWAYS, state=p.state_check(ctx))
+                for p in props if p.kind.on_graph and p.partial is not None
+                and p.applies(release, scenario)}
+    got = {r.property: r for r in check(plain + list(stand_in.values()))}
+    out = []
+    for p in props:
+        r = got.get(p.name)
+        if not p.kind.on_graph:
+            out.append(r)
+        elif r is not None and r.verdict == Answer.VIOLATED:
+            out.append(attrs.evolve(r, kind=p.kind, note="its deadlock form is broken"))
+        else:
+            note = p.partial_note if p.applies(release, scenario) else None
+            out.append(Result(release.name, scenario.name, p.name, p.kind, Answer.NOT_APPLICABLE,
+                              None, None, 0.0 if r is None else r.seconds, engine.name,
+                              note=note))
+    return out
+
+
 class Hypothesis:
     """Sampled interleavings, minimised (``reqmodel.engines.hypothesis``)."""
 
@@ -116,6 +148,11 @@ class Hypothesis:
 
     def check(self, release: Release, scenario: Scenario,
               props: Sequence[Property]) -> List[Result]:
+        return partial_forms(self, release, scenario, props,
+                             lambda ps: self._check(release, scenario, ps))
+
+    def _check(self, release: Release, scenario: Scenario,
+               props: Sequence[Property]) -> List[Result]:
         from reqmodel.engines.hypothesis import engine as hypo
         out = []
         for p in props:
@@ -148,6 +185,11 @@ class Z3:
 
     def check(self, release: Release, scenario: Scenario,
               props: Sequence[Property]) -> List[Result]:
+        return partial_forms(self, release, scenario, props,
+                             lambda ps: self._check(release, scenario, ps))
+
+    def _check(self, release: Release, scenario: Scenario,
+               props: Sequence[Property]) -> List[Result]:
         from reqmodel.engines.z3 import bmc
         applicable = [p for p in props if p.applies(release, scenario)]
         from reqmodel.engines.z3 import action_paths

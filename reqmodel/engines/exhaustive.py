@@ -22,7 +22,8 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 import attrs
 import networkx as nx
 
-from reqmodel.model.actions import Ctx, Event, Step, apply, initial_state, successors
+from reqmodel.engines import liveness
+from reqmodel.model.actions import BY_NAME, Ctx, Event, Step, apply, initial_state, successors
 from reqmodel.model.properties import Property
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import EVENT_NAMES, Scenario
@@ -48,7 +49,13 @@ class Trace:
     steps: Tuple[Step, ...]
     states: Tuple[State, ...]  # len(steps) + 1 concrete states
     events: Tuple[Tuple[Event, ...], ...]  # per step
-    violation: str  # "state" | "transition" | "reached"
+    violation: str  # "state" | "transition" | "reached" | "stuck" | "lasso"
+    # liveness: the request left waiting; for a lasso, the index of the state
+    # the last state equals (the loop is steps[loop:]); for a stuck state,
+    # the timeouts that can end the wait: (action, request, env var, seconds)
+    rid: Optional[int] = None
+    loop: Optional[int] = None
+    ends_by: Tuple[Tuple[str, int, str, float], ...] = ()
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -101,14 +108,16 @@ class _Interner:
                        for name, each in self.fields])
 
 
-def symmetry_classes(sc: Scenario) -> Tuple[Tuple, ...]:
+def symmetry_classes(sc: Scenario, permute_requests: bool = True) -> Tuple[Tuple, ...]:
     """Requests permute only when nothing in the scenario tells them apart:
     the same prompt length and the same events (an abort allowed on request 0
-    only makes request 0 different from an equal request 1)."""
+    only makes request 0 different from an equal request 1).  Without
+    ``permute_requests`` every request is its own class (liveness follows one
+    request along a path)."""
     # a request that shares its room is told apart by its place in the room's
     # order of use (the later user starts only after the earlier one)
     return tuple((pages, tuple(sc.events.on(e, r) for e in EVENT_NAMES),
-                  r if len(sc.room_users(r)) > 1 else -1)
+                  r if len(sc.room_users(r)) > 1 or not permute_requests else -1)
                  for r, pages in enumerate(sc.prompt_pages))
 
 
@@ -127,13 +136,14 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     with the graph, or alone with ``keep_states``.
     """
     ctx = Ctx(release=release, scenario=scenario)
-    classes = symmetry_classes(scenario)
+    applicable = [p for p in props if p.applies(release, scenario)]
+    graph_props = [p for p in applicable if p.kind.on_graph]
+    classes = symmetry_classes(scenario, permute_requests=not graph_props)
     ranks, pranks = scenario.decode.ranks, scenario.prefill.ranks
     canon = (lambda s: canonical(s, classes, ranks, pranks)) if symmetry else (lambda s: s)
     intern = _Interner()
     t0 = time.perf_counter()
 
-    applicable = [p for p in props if p.applies(release, scenario)]
     state_props = [p for p in applicable if p.kind == Kind.ALWAYS and p.state]
     trans_props = [p for p in applicable if p.kind == Kind.ALWAYS and p.transition]
     reach_props = [p for p in applicable if p.kind == Kind.SOMETIMES]
@@ -148,6 +158,8 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     if graph is not None:
         graph.add_node(0)
     edges = 0
+    # graph properties need every edge: stop_early never stops before them
+    ledges = liveness.Edges() if graph_props else None
     fired = set()
     emitted = set()
 
@@ -192,6 +204,8 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
                         f"{scenario.name!r} ({release.name}); reduce the scenario or raise "
                         "--max-states if the machine has the memory")
             edges += 1
+            if ledges is not None:
+                ledges.add(u, v, step)
             if graph is not None:
                 if edge_events:
                     graph.add_edge(u, v, step=step, events=evs)
@@ -203,6 +217,9 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     for p in props:
         if p not in applicable:
             verdicts[p.name] = Verdict(p.name, p.kind, "not-applicable")
+            continue
+        if p.kind.on_graph:
+            verdicts[p.name] = _graph_verdict(ctx, p, states, parent, ledges, canon)
             continue
         hit = found.get(p.name)
         if p.kind == Kind.SOMETIMES:
@@ -221,6 +238,44 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
                        complete=complete and not queue, graph=graph,
                        state_of=states if keep_graph or keep_states else None,
                        fired=frozenset(fired), emitted=frozenset(emitted))
+
+
+def _graph_verdict(ctx: Ctx, p: Property, states, parent, edges, canon) -> Verdict:
+    """A liveness property on the whole explored graph (``engines.liveness``)."""
+    if p.kind == Kind.ALWAYS_POSSIBLY:
+        stuck = liveness.first_stuck(states, edges, p.goal, p.pending)
+        if stuck is None:
+            return Verdict(p.name, p.kind, "holds")
+        trace = concretize(ctx, p, list(stuck.path), states, canon, None, "stuck")
+        trace = attrs.evolve(trace, rid=stuck.rid, ends_by=liveness.ends_by(
+            ctx, states, edges, stuck.path[-1], stuck.rid))
+        return Verdict(p.name, p.kind, "violated", trace)
+    lasso = liveness.first_lasso(states, edges, p.pending)
+    if lasso is None:
+        return Verdict(p.name, p.kind, "holds")
+    return Verdict(p.name, p.kind, "violated", _lasso_trace(ctx, p, lasso, states, parent, canon))
+
+
+def _lasso_trace(ctx: Ctx, p: Property, lasso, states, parent, canon, rounds: int = 24) -> Trace:
+    """The path to the cycle's entry, then the cycle, concretely: relabelled
+    pages or ranks may bring the concrete state back only after a few turns
+    of the canonical cycle, so it is walked until the concrete state repeats
+    the entry exactly (the loop of an ITF lasso)."""
+    prefix = concretize(ctx, p, list(lasso.path), states, canon, None, "lasso")
+    cur = prefix.states[-1]
+    steps, conc, evs = list(prefix.steps), list(prefix.states), list(prefix.events)
+    loop = len(steps)
+    for _ in range(rounds):
+        for target in (states[v] for v in lasso.cycle):
+            step, cur, ev = next((st, nxt, e) for st, nxt, e in successors(ctx, cur)
+                                 if not BY_NAME[st.action].environment and canon(nxt) == target)
+            steps.append(step)
+            conc.append(cur)
+            evs.append(ev)
+        if cur == conc[loop]:
+            return attrs.evolve(prefix, steps=tuple(steps), states=tuple(conc),
+                                events=tuple(evs), rid=lasso.rid, loop=loop)
+    raise RuntimeError(f"the {p.name} cycle does not close in {rounds} turns")  # pragma: no cover
 
 
 def _path(v: int, parent) -> List[int]:

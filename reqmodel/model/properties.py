@@ -21,7 +21,7 @@ import attrs
 
 from reqmodel.model import guards as g
 from reqmodel.model import events as ev
-from reqmodel.model.actions import Ctx, Event, Step
+from reqmodel.model.actions import Ctx, Event, Step, enabled
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
 from reqmodel.model.state import DStage, KVPoll, PStage, State
@@ -34,6 +34,18 @@ class Kind(enum.StrEnum):
 
     ALWAYS = "always"
     SOMETIMES = "sometimes"
+    # liveness over the whole reachable graph (notes/liveness.md), through the
+    # deployment's own steps (no timeout, no step the environment chooses):
+    # AG EF goal, per request: from every reachable state the goal can still be reached
+    ALWAYS_POSSIBLY = "always-possibly"
+    # under weak fairness per scheduler step: no cycle of such steps runs
+    # forever while the goal is not reached
+    EVENTUALLY = "eventually"
+
+    @property
+    def on_graph(self) -> bool:
+        """Decided on the whole reachable graph, not on states or steps alone."""
+        return self in (Kind.ALWAYS_POSSIBLY, Kind.EVENTUALLY)
 
 
 @attrs.frozen
@@ -45,9 +57,28 @@ class Property:
     state: Optional[Callable[[State], bool]] = None  # True = good state
     transition: Optional[Callable[[State, Step, Tuple[Event, ...], State], bool]] = None
     applies: Callable[[Release, Scenario], bool] = lambda rel, sc: True
+    # graph kinds: the good state for request r (always-possibly: it can
+    # still be reached; eventually: no fair cycle avoids it)
+    goal: Optional[Callable[[State, int], bool]] = None
+    pending: Optional[Callable[[State, int], bool]] = None  # request r waits for its goal
+    # what an engine that sees no graph checks instead, and why the rest is
+    # out of its reach (always-possibly: its deadlock form)
+    partial: Optional[Callable[[Ctx, State], bool]] = None
+    partial_note: str = ""
+    aliases: Tuple[str, ...] = ()  # older names that still select it
 
     def holds_in(self, s: State) -> bool:
         return self.state(s) if self.state else True
+
+    def state_check(self, ctx: Ctx) -> Optional[Callable[[State], bool]]:
+        """The state predicate an engine checks in every state: the
+        property's own, or, for a graph property, its partial form (bound
+        to the release and scenario, since it asks which steps are enabled)."""
+        if self.state is not None:
+            return self.state
+        if self.partial is not None:
+            return lambda s: self.partial(ctx, s)
+        return None
 
     def holds_on(self, pre: State, step: Step, evs, post: State) -> bool:
         return self.transition(pre, step, evs, post) if self.transition else True
@@ -263,11 +294,25 @@ prop(
 )
 
 
+def _no_decode_popped_poll(pre, step, evs, post) -> bool:
+    return not any(e.side == "decode" and e.call == "check_status" for e in _events(evs, ev.Crash))
+
+
 prop(
     name="no-poll-of-popped-room", kind="always", ref="#3",
     text="Decode never polls a receiver whose request_status entry another request of the "
-         "same bootstrap_room has popped (check_status raises KeyError in the scheduler loop).",
-    transition=lambda pre, step, evs, post: not any(_events(evs, ev.PollKeyError)),
+         "same bootstrap_room has popped (check_status raises KeyError in the scheduler loop). "
+         "One case of no-scheduler-crash: the decode side's check_status crash.",
+    transition=_no_decode_popped_poll,
+)
+
+prop(
+    name="no-scheduler-crash", kind="always", ref="C1",
+    text="No exception escapes a scheduler loop: no poll of a room whose request_status entry "
+         "another request popped (check_status KeyError, on decode and, up to 0.5.22, on "
+         "prefill), no release_kv_cache on a request holding no KV without a Mamba-capable "
+         "tree cache (AssertionError). Covers no-poll-of-popped-room.",
+    transition=lambda pre, step, evs, post: not any(_events(evs, ev.Crash)),
 )
 
 
@@ -335,6 +380,52 @@ prop(
     state=_room_state_released,
 )
 
+# --------------------------------------------------------------- liveness
+
+
+def answered(s: State, r: int) -> bool:
+    """Both workers have sent request r's final answer (the router waits for
+    both responses: the client is answered when both are), or the client has
+    given up on it (its abort reached a worker): nobody waits for it then."""
+    return ((s.p[r].answer is not None and s.d[r].answer is not None)
+            or s.aborted_by_client[r] or s.d[r].client_aborted)
+
+
+def waiting(s: State, r: int) -> bool:
+    """Request r's client waits: the request reached a worker and has not
+    been answered (a request not sent yet keeps nobody waiting)."""
+    arrived = s.p[r].stage is not PStage.ABSENT or s.d[r].stage is not DStage.ABSENT
+    return arrived and not answered(s, r)
+
+
+def deadlocked(ctx: Ctx, s: State) -> bool:
+    """Some request's client waits and no step of the deployment's own is
+    enabled: only a timeout (or the environment) can move it."""
+    if not any(waiting(s, r) for r in range(len(s.p))):
+        return False
+    return not any(not a.environment for a, _ in enabled(ctx, s))
+
+
+prop(
+    name="answered-without-timeout", kind="always-possibly", ref="L1",
+    text="From every reachable state, every request whose client still waits can still be "
+         "answered by both workers through the deployment's own steps: no timeout (bootstrap, "
+         "waiting, deferred release) and no client abort, transfer failure, retraction or pause "
+         "is needed.",
+    goal=answered, pending=waiting, partial=lambda ctx, s: not deadlocked(ctx, s),
+    partial_note="checked only in its deadlock form (a request unanswered with nothing but a "
+                 "timeout or the environment able to move); the AG EF form needs the whole "
+                 "state graph: use the exhaustive engine",
+)
+
+prop(
+    name="no-livelock", kind="eventually", ref="L2",
+    text="No cycle of the deployment's own steps that a weakly fair scheduler can run forever "
+         "(every step that stays enabled is eventually taken) while a request is unanswered.",
+    goal=answered, pending=waiting,
+    partial_note="a lasso needs the whole state graph: use the exhaustive engine",
+)
+
 # ------------------------------------------------------------ reachability
 
 
@@ -375,6 +466,7 @@ prop(
 )
 
 SAFETY = tuple(p for p in CATALOG.values() if p.kind is Kind.ALWAYS)
+LIVENESS = tuple(p for p in CATALOG.values() if p.kind.on_graph)
 REACHABILITY = tuple(p for p in CATALOG.values() if p.kind is Kind.SOMETIMES)
 
 

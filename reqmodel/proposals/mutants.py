@@ -52,4 +52,8 @@ MUTANTS: Dict[str, Release] = {
     # generation-tagged ABORT, and the ack path works again.
     "generation-less-aborts": attrs.evolve(R0522, name="generation-less-aborts",
                                            arm_before_send=False, hold_unnotified=False),
+    # an optimistic release-and-requeue that spends no attempt: a request that
+    # yields to a bootstrapped peer comes back to the front of the waiting
+    # queue for ever (no-livelock's deliberately wrong record)
+    "requeue-forever": attrs.evolve(R0521, name="requeue-forever", requeue_spends_attempt=False),
 }

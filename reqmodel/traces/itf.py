@@ -112,11 +112,19 @@ def to_itf(trace, scenario: Scenario, engine: str = "exhaustive",
             meta["params"] = encode_step(step)
         if i == len(trace.states) - 1 and trace.violation != "reached":
             meta["violation"] = trace.property
+        if trace.loop is not None and i == trace.loop:
+            meta["loop"] = "the cycle starts here; the last state equals this one"
         st = {"#meta": meta}
         for v in VARS:
             st[v] = encode(getattr(s, v))
         states.append(st)
-    return {
+    live: Dict[str, Any] = {}
+    if trace.rid is not None:
+        live["request"] = trace.rid
+    if trace.violation == "stuck":
+        live["ends_by"] = [{"action": a, "request": r, "env": env, "seconds": sec}
+                           for a, r, env, sec in trace.ends_by]
+    out = {
         "#meta": {
             "format": FORMAT,
             "format-description": FORMAT_DESCRIPTION,
@@ -128,11 +136,17 @@ def to_itf(trace, scenario: Scenario, engine: str = "exhaustive",
             "kind": "witness" if trace.violation == "reached" else "counterexample",
             "violation": trace.violation,
             "engine": engine,
+            **live,
             **(extra_meta or {}),
         },
         "vars": list(VARS),
         "states": states,
     }
+    if trace.loop is not None:
+        # ITF's lasso: the last state loops back to states[loop] (here it
+        # equals it, so the closing step is in the trace and replays)
+        out["loop"] = trace.loop
+    return out
 
 
 def write(path, trace, scenario: Scenario, engine: str = "exhaustive",
@@ -163,6 +177,12 @@ def read(path) -> Tuple[Dict[str, Any], Tuple[Step, ...]]:
     meta = data.get("#meta", {})
     if not isinstance(meta, dict):
         raise TraceFileError(f"{path}: '#meta' must be an object")
+    if "loop" in data:
+        loop = data["loop"]
+        if (not isinstance(loop, int) or isinstance(loop, bool)
+                or not 0 <= loop < len(data["states"]) - 1):
+            raise TraceFileError(f"{path}: 'loop' must be the index of a state before the last")
+        meta = {**meta, "loop": loop}
     steps = []
     for i, st in enumerate(data["states"][1:], start=1):
         m = st.get("#meta") if isinstance(st, dict) else None

@@ -172,7 +172,31 @@ def header(meta: dict) -> List[str]:
     desc = (meta.get("scenario_config") or {}).get("description")
     if desc:
         lines.append("scenario: " + " ".join(desc.split()))
+    lines += liveness_lines(meta)
     return lines
+
+
+def ends_text(meta: dict) -> str:
+    """What ends a stuck request's wait, from the trace's ``ends_by``."""
+    ends = meta.get("ends_by") or []
+    if not ends:
+        return "no timeout of the model applies: it waits until the client gives up"
+    first = min(e["seconds"] for e in ends)
+    parts = [f"{e['env']} ({e['seconds']:g} s by default: {e['action']} on r{e['request']})"
+             for e in ends]
+    return f"only a timeout ends it, the first after {first:g} s: " + "; ".join(parts)
+
+
+def liveness_lines(meta: dict) -> List[str]:
+    """For a liveness trace: who waits, and what ends the wait or repeats."""
+    rid = meta.get("request")
+    if rid is None:
+        return []
+    if meta.get("loop") is not None:
+        return [f"lasso: the steps after state {meta['loop']} return to it and repeat forever; "
+                f"r{rid}'s client waits on every turn"]
+    return [f"r{rid}'s client waits from the last state on: nothing the deployment does on its "
+            f"own answers it; {ends_text(meta)}"]
 
 
 def to_markdown(meta: dict, rs: Sequence[Row]) -> str:
@@ -180,8 +204,11 @@ def to_markdown(meta: dict, rs: Sequence[Row]) -> str:
            f"(scenario `{meta.get('scenario')}`, {len(rs)} steps)", ""]
     out += [f"> {line}" for line in header(meta)] + [""]
     out += ["| # | actor | action | what happened | state changed |", "|---:|---|---|---|---|"]
+    loop = meta.get("loop")
     for r in rs:
         mark = " **⚠ violation**" if r.violating else ""
+        if loop is not None and r.index == loop + 1:
+            mark += " **↻ loop starts**"
         ev = "<br>".join(r.events) or "—"
         ch = "<br>".join(f"`{c}`" for c in r.changed) or "—"
         out.append(f"| {r.index} | {r.actor} | `{r.action}`{mark} | {ev} | {ch} |")
@@ -198,9 +225,12 @@ def to_mermaid(meta: dict, steps, states, events, violating_last: bool) -> str:
     out = ["sequenceDiagram", "    autonumber"]
     for key, name in LANES.items():
         out.append(f"    participant {LANE_IDS[key]} as {name}")
+    loop = meta.get("loop")
     for i, step in enumerate(steps):
         actor = LANE_IDS[BY_NAME[step.action].actor]
-        viol = violating_last and i == len(steps) - 1
+        if loop is not None and i == loop:
+            out.append(f"    loop forever: r{meta.get('request')} is never answered")
+        viol = violating_last and i == len(steps) - 1 and loop is None
         if viol:
             out.append("    rect rgb(255, 215, 215)")
         pad = "        " if viol else "    "
@@ -225,6 +255,11 @@ def to_mermaid(meta: dict, steps, states, events, violating_last: bool) -> str:
         if viol:
             out.append(f"{pad}Note over {actor}: ⚠ violates {meta.get('property')}")
             out.append("    end")
+    if loop is not None:
+        out.append("    end")
+    elif meta.get("request") is not None:
+        wait = ends_text(meta).replace(";", ",").replace("#", "no.")
+        out.append(f"    Note over C: r{meta['request']} waits: {wait}")
     return "\n".join(out) + "\n"
 
 
@@ -244,5 +279,8 @@ def to_dot(meta: dict, steps, states, violating_last: bool) -> str:
         out.append(f'  s{i} [label="{i}\\n{_node_label(s)}"{style}];')
     for i, step in enumerate(steps):
         out.append(f'  s{i} -> s{i + 1} [label="{step}"];')
+    if meta.get("loop") is not None:
+        out.append(f'  s{len(steps)} -> s{meta["loop"]} [style=dashed, label="the same state: '
+                   'the cycle repeats"];')
     out.append("}")
     return "\n".join(out) + "\n"

@@ -42,7 +42,9 @@ def load(path, release: Optional[str] = None, guards: Optional[str] = None) -> L
         name = release or meta.get("release")
         if not name:
             raise itf.TraceFileError(f"{path}: the trace names no release; pass --release")
-        rel = releases.get(name)
+        from reqmodel.proposals import mutants
+        # a mutant's trace (the corpus keeps the ones that show a property can fail)
+        rel = mutants.MUTANTS[name] if name in mutants.MUTANTS else releases.get(name)
     if "scenario_config" in meta:
         try:
             sc = scenario.from_dict(meta["scenario_config"], bounds=scenario.SAMPLED)
@@ -85,6 +87,11 @@ def run(loaded: Loaded) -> Outcome:
     states, events, disabled = replay(loaded.release, loaded.scenario, loaded.steps)
     p = loaded.property
     at = None
+    if p.kind.on_graph:
+        violated = disabled is None and _liveness_violated(loaded, states)
+        return Outcome(p.name, loaded.release.name, len(loaded.steps), len(states) - 1,
+                       None if disabled is None else disabled + 1, violated,
+                       len(states) - 1 if violated else None, tuple(states), tuple(events))
     if p.kind == Kind.SOMETIMES:
         reached = any(p.holds_in(s) for s in states)
         violated = not reached
@@ -98,3 +105,26 @@ def run(loaded: Loaded) -> Outcome:
     return Outcome(p.name, loaded.release.name, len(loaded.steps), len(states) - 1,
                    None if disabled is None else disabled + 1, violated, at,
                    tuple(states), tuple(events))
+
+
+def _liveness_violated(loaded: Loaded, states) -> bool:
+    """A liveness trace replays as a violation when, on this release, its
+    request still waits at the end with no own way to its goal (a search
+    from the last state), or, for a lasso (``loop``), when the steps from
+    ``loop`` on return to that state, never let the request reach its goal,
+    and form a fair cycle."""
+    from reqmodel.engines import liveness
+    from reqmodel.model.actions import Ctx
+    p = loaded.property
+    ctx = Ctx(loaded.release, loaded.scenario)
+    rid = loaded.meta.get("request")
+    rids = [rid] if isinstance(rid, int) and 0 <= rid < loaded.scenario.n else range(
+        loaded.scenario.n)
+    loop = loaded.meta.get("loop")
+    if loop is not None:
+        cycle = states[loop:]
+        return any(all(p.pending(s, r) for s in cycle)
+                   and liveness.cycle_is_fair(ctx, cycle, loaded.steps[loop:]) for r in rids)
+    last = states[-1]
+    return any(p.pending(last, r) and liveness.can_answer(ctx, last, r, p.goal) is False
+               for r in rids)

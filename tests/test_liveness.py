@@ -1,0 +1,271 @@
+"""Hangs, spins and crashes as verdicts (notes/liveness.md): the liveness
+analysis on hand-made graphs, the properties on the built-in scenarios and
+mutants, lasso traces through ITF, replay and rendering, timeouts as
+declared data, and the partial forms of the engines that see no graph."""
+import json
+import pathlib
+import subprocess
+import sys
+
+import attrs
+import pytest
+
+from reqmodel.engines import liveness
+from reqmodel.engines.base import Answer, Hypothesis, Z3
+from reqmodel.engines.exhaustive import explore
+from reqmodel.model import properties, releases, scenario
+from reqmodel.model.actions import ACTIONS, Ctx, Step
+from reqmodel.proposals import mutants
+from reqmodel.traces import itf, render
+from reqmodel.traces import replay as rp
+
+ROOT = pathlib.Path(__file__).parent.parent
+AWT = properties.CATALOG["answered-without-timeout"]
+NL = properties.CATALOG["no-livelock"]
+NSC = properties.CATALOG["no-scheduler-crash"]
+
+
+def run(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-c", "from reqmodel.cli import main; main()", *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def verdict(release, name, prop):
+    rel = mutants.MUTANTS.get(release) or releases.get(release)
+    return explore(rel, scenario.builtin(name), [prop], keep_graph=False).verdicts[prop.name]
+
+
+# ------------------------------------------------- the analysis on small graphs
+
+
+@attrs.frozen
+class Fake:
+    """A stand-in state: one request, waiting or not."""
+
+    name: str
+    waits: bool
+
+    @property
+    def p(self):
+        return (None,)
+
+
+def graph(states, edges):
+    e = liveness.Edges()
+    for u, v, action in edges:
+        e.add(u, v, Step(action, 0))
+    return e
+
+
+def waits(s, r):
+    return s.waits
+
+
+def test_a_cycle_that_leaves_an_always_enabled_step_untaken_is_unfair():
+    # 0 -> 1 -> 2 -> 1 cycles on p_forward/p_result; p_inflight is enabled on
+    # both cycle states and would leave the cycle (to 3, where nobody waits)
+    states = [Fake("s0", True), Fake("s1", True), Fake("s2", True), Fake("s3", False)]
+    unfair = graph(states, [(0, 1, "p_intake"), (1, 2, "p_forward"), (2, 1, "p_result"),
+                            (1, 3, "p_inflight"), (2, 3, "p_inflight")])
+    assert liveness.first_lasso(states, unfair, waits) is None
+    # enabled on one state only: not continuously enabled, so the cycle is fair
+    fair = graph(states, [(0, 1, "p_intake"), (1, 2, "p_forward"), (2, 1, "p_result"),
+                          (1, 3, "p_inflight")])
+    lasso = liveness.first_lasso(states, fair, waits)
+    assert lasso is not None and lasso.path == (0, 1) and lasso.cycle == (2, 1)
+
+
+def test_environment_steps_are_no_way_out_and_no_obligation():
+    # the only way to an answer is a timeout: stuck; the cycle is closed by
+    # own steps while a timeout is enabled on every state of it: still fair
+    states = [Fake("s0", True), Fake("s1", True), Fake("s2", False)]
+    e = graph(states, [(0, 1, "p_forward"), (1, 0, "p_result"), (0, 2, "d_waiting_timeout"),
+                       (1, 2, "d_waiting_timeout")])
+    stuck = liveness.first_stuck(states, e, lambda s, r: not s.waits, waits)
+    assert stuck is not None and stuck.path == (0,)
+    assert liveness.first_lasso(states, e, waits) is not None
+
+
+def test_a_state_reached_only_through_a_timeout_is_not_asked():
+    states = [Fake("s0", False), Fake("s1", True)]
+    e = graph(states, [(0, 1, "p_bootstrap_timeout")])
+    assert liveness.first_stuck(states, e, lambda s, r: not s.waits, waits) is None
+
+
+# ------------------------------------------------------- the built-in verdicts
+
+
+@pytest.mark.parametrize("release,cell", [("0.5.19", None), ("0.5.20", 9), ("0.5.21", None),
+                                          ("0.5.22", None), ("0.5.23", None)])
+def test_both_reject_hangs_on_0520_only(release, cell):
+    """The write-up's measurement of #38935: before it, a prompt both workers
+    reject kept decode waiting for its 300 s timeout; after it, both doors answer."""
+    v = verdict(release, "both-reject", AWT)
+    assert v.trace_length == cell
+    if cell:
+        assert v.trace.rid == 0
+        assert [(a, r, s) for a, r, _, s in v.trace.ends_by] == [("d_waiting_timeout", 0, 300)]
+
+
+@pytest.mark.parametrize("release", releases.NAMES)
+def test_two_valid_requests_hold_every_liveness_property(release):
+    rel = releases.get(release)
+    ex = explore(rel, scenario.builtin("two-valid"), [AWT, NL, NSC], keep_graph=False)
+    assert {n: v.verdict for n, v in ex.verdicts.items()} == {
+        AWT.name: "holds", NL.name: "holds", NSC.name: "holds"}
+
+
+def test_the_capacity_stall_of_optimistic_prefill():
+    """sgl-project/sglang#31473: each worker holds the pages the other needs."""
+    v = verdict("0.5.23", "optimistic-tight", AWT)
+    assert v.verdict == "violated" and v.trace_length == 14
+    last = v.trace.states[-1]
+    assert {a for a, *_ in v.trace.ends_by} == {"d_waiting_timeout", "p_bootstrap_timeout"}
+    assert last.p[1].pending_bootstrap and last.p[1].kv_pages == 2
+
+
+def test_the_mutant_that_requeues_for_ever_livelocks():
+    v = verdict("requeue-forever", "optimistic-tight", NL)
+    t = v.trace
+    assert v.verdict == "violated" and t.loop is not None
+    assert t.states[-1] == t.states[t.loop]
+    assert {s.action for s in t.steps[t.loop:]} == {"p_forward", "p_check_chunked", "p_result"}
+    assert verdict("0.5.21", "optimistic-tight", NL).verdict == "holds"
+
+
+def test_release_kv_cache_assertion_is_a_crash_unless_the_cache_keeps_mamba():
+    v = verdict("0.5.19", "late-result-unit", NSC)
+    crash = [e for e in v.trace.events[-1] if e.kind == "crash"]
+    assert crash and crash[0].call == "release_kv_cache" and crash[0].error == "AssertionError"
+    mamba = attrs.evolve(scenario.builtin("late-result-unit"), hybrid_mamba=True)
+    ex = explore(releases.get("0.5.19"), mamba, [NSC], keep_graph=False)
+    assert ex.verdicts[NSC.name].verdict == "holds"
+
+
+def test_no_poll_of_popped_room_is_the_decode_case_of_no_scheduler_crash():
+    v = verdict("0.5.21", "room-reuse-three", properties.CATALOG["no-poll-of-popped-room"])
+    crash = [e for e in v.trace.events[-1] if e.kind == "crash"]
+    assert crash[0].side == "decode" and crash[0].call == "check_status"
+    # the prefill crashes of room reuse are no-scheduler-crash's alone
+    v = verdict("0.5.21", "room-reuse", NSC)
+    assert [e.call for e in v.trace.events[-1] if e.kind == "crash"] == ["pop_bootstrapped"]
+    assert verdict("0.5.21", "room-reuse",
+                   properties.CATALOG["no-poll-of-popped-room"]).verdict == "holds"
+
+
+# --------------------------------------------- timeouts are declared data
+
+
+def test_every_timeout_names_a_variable_every_release_defines():
+    timeouts = [a for a in ACTIONS if a.timeout is not None]
+    assert {a.name for a in timeouts} == {"p_bootstrap_timeout", "d_waiting_timeout",
+                                          "d_deferred_timeout"}
+    for rel in releases.RELEASES.values():
+        for a in timeouts:
+            assert rel.timeout_seconds(a.timeout) > 0
+        assert rel.timeout_seconds("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT") == 30
+    for a in ACTIONS:  # a timeout is never the deployment's own progress
+        assert a.environment or a.timeout is None
+
+
+def test_the_waste_figures_read_the_release_record():
+    from reqmodel.proposals import guard_check
+    slow = attrs.evolve(releases.get("0.5.21"), timeouts=(
+        ("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300),
+        ("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 600),
+        ("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT", 30)))
+    assert guard_check.timeout_seconds(slow)["d_waiting_timeout"] == 600
+    cost = guard_check.measure(slow, scenario.builtin("incident"))
+    assert cost["peer_hold_seconds"] == 600
+
+
+# ----------------------------------------------- traces: ITF, replay, show
+
+
+def _write(tmp_path, release, name, prop):
+    v = verdict(release, name, prop)
+    path = tmp_path / f"{prop.name}.itf.json"
+    itf.write(path, v.trace, scenario.builtin(name))
+    return path, v
+
+
+def test_a_stuck_trace_replays_and_shows_what_ends_it(tmp_path):
+    path, v = _write(tmp_path, "0.5.20", "both-reject", AWT)
+    data = json.loads(path.read_text())
+    assert data["#meta"]["request"] == 0
+    assert data["#meta"]["ends_by"][0]["env"] == "SGLANG_DISAGGREGATION_WAITING_TIMEOUT"
+    out = rp.run(rp.load(path))
+    assert out.violated and out.violated_at == 9
+    # on 0.5.21 the trace does not even replay: the prefill door retires the stub
+    assert rp.run(rp.load(path, release="0.5.21")).first_disabled_step is not None
+    r = run("show", str(path))
+    assert r.returncode == 0 and "only a timeout ends it, the first after 300 s" in r.stdout
+    r = run("show", str(path), "--format", "mermaid")
+    assert "r0 waits: only a timeout ends it" in r.stdout
+    r = run("replay", str(path))
+    assert r.returncode == 0 and "VIOLATED at step 9" in r.stdout
+
+
+def test_a_stuck_trace_on_a_release_that_answers_is_not_violated(tmp_path):
+    path, _ = _write(tmp_path, "0.5.20", "both-reject", AWT)
+    loaded = rp.load(path)
+    fixed = attrs.evolve(loaded, release=releases.get("0.5.19"))
+    # 0.5.19 lets the stub go on: the same steps end where decode still commits
+    out = rp.run(fixed)
+    assert out.first_disabled_step is not None or not out.violated
+
+
+def test_a_lasso_is_closed_in_itf_and_marked_in_every_format(tmp_path):
+    v = verdict("requeue-forever", "optimistic-tight", NL)
+    path = tmp_path / "lasso.itf.json"
+    itf.write(path, v.trace, scenario.builtin("optimistic-tight"))
+    data = json.loads(path.read_text())
+    assert data["loop"] == v.trace.loop
+    assert data["states"][data["loop"]]["#meta"]["loop"]
+    strip = [{k: x for k, x in st.items() if k != "#meta"} for st in data["states"]]
+    assert strip[-1] == strip[data["loop"]]
+    meta, steps = itf.read(path)
+    assert meta["loop"] == v.trace.loop and len(steps) == len(v.trace)
+    # the trace names the mutant, and replays on it
+    assert meta["release"] == "requeue-forever" and rp.run(rp.load(path)).violated
+    r = run("replay", str(path))
+    assert r.returncode == 0 and "a fair cycle that never answers the request" in r.stdout
+    # on the real release the cycle does not close: the second requeue is the fallback
+    assert not rp.run(rp.load(path, release="0.5.21")).violated
+    md = render.to_markdown({"loop": v.trace.loop, "request": 0, "property": NL.name},
+                            render.rows(v.trace.steps, v.trace.states, v.trace.events, True))
+    assert "↻ loop starts" in md
+    mm = render.to_mermaid({"loop": v.trace.loop, "request": 0}, v.trace.steps,
+                           v.trace.states, v.trace.events, True)
+    assert "loop forever" in mm and mm.count("    end") >= 1
+    dot = render.to_dot({"loop": v.trace.loop}, v.trace.steps, v.trace.states, True)
+    assert f"s{len(v.trace)} -> s{v.trace.loop} [style=dashed" in dot
+
+
+def test_a_bad_loop_index_is_one_line(tmp_path):
+    path, _ = _write(tmp_path, "0.5.20", "both-reject", AWT)
+    data = json.loads(path.read_text())
+    data["loop"] = 99
+    path.write_text(json.dumps(data))
+    r = run("replay", str(path))
+    assert r.returncode == 2 and "'loop' must be the index" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+# ----------------------------------- engines that see no graph: partial forms
+
+
+@pytest.mark.parametrize("engine", [Z3(depth=10), Hypothesis("dev")], ids=["z3", "hypothesis"])
+def test_the_deadlock_form_finds_the_same_hang(engine):
+    sc = scenario.builtin("both-reject")
+    got = {r.property: r for r in engine.check(releases.get("0.5.20"), sc, [AWT, NL, NSC])}
+    assert got[AWT.name].verdict == Answer.VIOLATED and got[AWT.name].trace_length == 9
+    assert got[NL.name].verdict == Answer.NOT_APPLICABLE and "lasso" in got[NL.name].note
+    got = {r.property: r for r in engine.check(releases.get("0.5.21"), sc, [AWT])}
+    assert got[AWT.name].verdict == Answer.NOT_APPLICABLE
+    assert "deadlock form" in got[AWT.name].note and "exhaustive" in got[AWT.name].note
+
+
+def test_every_liveness_property_says_why_other_engines_skip_it():
+    for p in properties.LIVENESS:
+        assert p.partial_note and p.goal and p.pending
