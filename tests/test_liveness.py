@@ -14,7 +14,7 @@ from reqmodel.engines import liveness
 from reqmodel.engines.base import Answer, Hypothesis, Z3
 from reqmodel.engines.exhaustive import explore
 from reqmodel.model import properties, releases, scenario
-from reqmodel.model.actions import ACTIONS, Ctx, Step
+from reqmodel.model.actions import ACTIONS, BY_NAME, Ctx, Step
 from reqmodel.proposals import mutants
 from reqmodel.traces import itf, render
 from reqmodel.traces import replay as rp
@@ -53,7 +53,7 @@ class Fake:
 def graph(states, edges):
     e = liveness.Edges()
     for u, v, action in edges:
-        e.add(u, v, Step(action, 0))
+        e.add(u, v, Step(action, 0), not BY_NAME[action].environment)
     return e
 
 
@@ -264,6 +264,17 @@ def test_the_deadlock_form_finds_the_same_hang(engine):
     got = {r.property: r for r in engine.check(releases.get("0.5.21"), sc, [AWT])}
     assert got[AWT.name].verdict == Answer.NOT_APPLICABLE
     assert "deadlock form" in got[AWT.name].note and "exhaustive" in got[AWT.name].note
+
+
+def test_a_client_abort_that_reached_one_worker_reaches_the_other():
+    """The router drops both connections when the client goes: once its abort
+    reached one worker, the other's is the deployment's own consequence."""
+    ctx = Ctx(releases.get("0.5.21"), scenario.builtin("inflight-reuse"))
+    s = next(st for st in verdict("0.5.21", "inflight-reuse",
+                                  properties.CATALOG["valid-request-completes"]).trace.states)
+    assert not BY_NAME["d_abort"].own(ctx, s, 0)
+    aborted = attrs.evolve(s, aborted_by_client=(True, False))
+    assert BY_NAME["d_abort"].own(ctx, aborted, 0) and not BY_NAME["d_abort"].own(ctx, aborted, 1)
 
 
 def test_every_liveness_property_says_why_other_engines_skip_it():

@@ -205,7 +205,7 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
                         "--max-states if the machine has the memory")
             edges += 1
             if ledges is not None:
-                ledges.add(u, v, step)
+                ledges.add(u, v, step, BY_NAME[step.action].own(ctx, s, step.rid))
             if graph is not None:
                 if edge_events:
                     graph.add_edge(u, v, step=step, events=evs)
@@ -268,7 +268,8 @@ def _lasso_trace(ctx: Ctx, p: Property, lasso, states, parent, canon, rounds: in
     for _ in range(rounds):
         for target in (states[v] for v in lasso.cycle):
             step, cur, ev = next((st, nxt, e) for st, nxt, e in successors(ctx, cur)
-                                 if not BY_NAME[st.action].environment and canon(nxt) == target)
+                                 if BY_NAME[st.action].own(ctx, cur, st.rid)
+                                 and canon(nxt) == target)
             steps.append(step)
             conc.append(cur)
             evs.append(ev)

@@ -2,8 +2,8 @@
 ``eventually`` (no fair cycle) properties, decided on the edges the
 exhaustive engine records while it explores, not by a second search.
 
-The steps that count are the deployment's own (``Action.environment`` is
-False): a timeout, a client abort, a transfer failure, a retraction or a pause
+The steps that count are the deployment's own (``Action.own``: not an
+environment step, or one that follows from an earlier one): a timeout, a client abort, a transfer failure, a retraction or a pause
 is never what answers a request here, since a client that waits for one of
 them has waited for a timeout or given up.  Fairness is *weak fairness per
 step instance* (an action on one request): a step that stays enabled on every
@@ -33,10 +33,11 @@ class Edges:
     src: array.array = attrs.field(factory=lambda: array.array("I"))
     dst: array.array = attrs.field(factory=lambda: array.array("I"))
     inst: array.array = attrs.field(factory=lambda: array.array("I"))
+    mine: bytearray = attrs.field(factory=bytearray)  # per edge: a step of the deployment's own
     instances: List[Tuple[str, int]] = attrs.field(factory=list)
     ids: Dict[Tuple[str, int], int] = attrs.field(factory=dict)
 
-    def add(self, u: int, v: int, step: Step) -> None:
+    def add(self, u: int, v: int, step: Step, own: bool) -> None:
         key = (step.action, step.rid)
         i = self.ids.get(key)
         if i is None:
@@ -45,10 +46,7 @@ class Edges:
         self.src.append(u)
         self.dst.append(v)
         self.inst.append(i)
-
-    def own(self) -> List[bool]:
-        """Per instance: a step of the deployment's own (not the environment's)."""
-        return [not BY_NAME[name].environment for name, _ in self.instances]
+        self.mine.append(own)
 
 
 @attrs.frozen
@@ -100,11 +98,11 @@ def _path_to(v: int, parent: List[int]) -> Tuple[int, ...]:
 
 
 def _adjacency(n: int, edges: Edges, keep, reverse: bool = False) -> List[List[int]]:
+    """Successor (or, ``reverse``, predecessor) lists over own edges."""
     adj: List[List[int]] = [[] for _ in range(n)]
-    own = edges.own()
     a, b = (edges.dst, edges.src) if reverse else (edges.src, edges.dst)
-    for u, v, i in zip(a, b, edges.inst):
-        if own[i] and keep(u, v):
+    for u, v, own in zip(a, b, edges.mine):
+        if own and keep(u, v):
             adj[u].append(v)
     return adj
 
@@ -215,10 +213,9 @@ def first_lasso(states: Sequence, edges: Edges, pending) -> Optional[Lasso]:
     goal, entered as early as the graph allows (the least state id of any
     such component)."""
     n = len(states)
-    own = edges.own()
     enabled_at: List[Set[int]] = [set() for _ in range(n)]
-    for u, i in zip(edges.src, edges.inst):
-        if own[i]:
+    for u, i, own in zip(edges.src, edges.inst, edges.mine):
+        if own:
             enabled_at[u].add(i)
     best: Optional[Lasso] = None
     order, parent = _untimed(n, edges)
@@ -230,8 +227,8 @@ def first_lasso(states: Sequence, edges: Edges, pending) -> Optional[Lasso]:
             members = set(comp)
             if len(comp) == 1 and comp[0] not in adj[comp[0]]:
                 continue  # a single state without a self-loop is no cycle
-            taken = {i for u, v, i in zip(edges.src, edges.dst, edges.inst)
-                     if own[i] and u in members and v in members}
+            taken = {i for u, v, i, own in zip(edges.src, edges.dst, edges.inst, edges.mine)
+                     if own and u in members and v in members}
             always = set.intersection(*(enabled_at[v] for v in comp))
             if always - taken:
                 continue  # a step enabled throughout is never taken: unfair
@@ -241,7 +238,7 @@ def first_lasso(states: Sequence, edges: Edges, pending) -> Optional[Lasso]:
             entry = min(entries, key=rank.__getitem__)
             if best is None or rank[entry] < rank[best.path[-1]]:
                 best = Lasso(r, _path_to(entry, parent),
-                             _fair_cycle(entry, members, edges, own, enabled_at))
+                             _fair_cycle(entry, members, edges, enabled_at))
     return best
 
 
@@ -269,14 +266,14 @@ def _bfs_path(src: int, targets, members: Set[int], adj) -> List[int]:
     raise RuntimeError("no path inside a strongly connected component")  # pragma: no cover
 
 
-def _fair_cycle(entry: int, members: Set[int], edges: Edges, own, enabled_at) -> Tuple[int, ...]:
+def _fair_cycle(entry: int, members: Set[int], edges: Edges, enabled_at) -> Tuple[int, ...]:
     """A cycle through ``entry`` inside the component that is fair: start from
     a shortest cycle and, while some step is enabled on every state of it and
     not taken, detour through an edge of that step (or a state where it is
     disabled).  Detours only add states and edges, so this ends."""
     adj: Dict[int, List[Tuple[int, int]]] = collections.defaultdict(list)
-    for u, v, i in zip(edges.src, edges.dst, edges.inst):
-        if own[i] and u in members and v in members:
+    for u, v, i, own in zip(edges.src, edges.dst, edges.inst, edges.mine):
+        if own and u in members and v in members:
             adj[u].append((v, i))
     plain = collections.defaultdict(list)
     for u, outs in adj.items():
@@ -314,10 +311,9 @@ def ends_by(ctx: Ctx, states: Sequence, edges: Edges, start: int, rid: int
     action (with its scenario flag set or not) whose guard holds on some state
     the deployment's own steps still reach from ``start``; as (action,
     request, environment variable, default seconds), the request's own first."""
-    own = edges.own()
     adj: Dict[int, List[int]] = collections.defaultdict(list)
-    for u, v, i in zip(edges.src, edges.dst, edges.inst):
-        if own[i]:
+    for u, v, own in zip(edges.src, edges.dst, edges.mine):
+        if own:
             adj[u].append(v)
     seen = {start}
     stack = [start]
@@ -353,7 +349,7 @@ def can_answer(ctx: Ctx, s, rid: int, goal, max_states: int = 200_000) -> Option
         if goal(u, rid):
             return True
         for step, v, _ in successors(ctx, u):
-            if BY_NAME[step.action].environment or v in seen:
+            if not BY_NAME[step.action].own(ctx, u, step.rid) or v in seen:
                 continue
             if len(seen) >= max_states:
                 return None
@@ -367,11 +363,11 @@ def cycle_is_fair(ctx: Ctx, states: Sequence, steps: Sequence[Step]) -> bool:
     by ``steps``: every own step instance enabled on all of them is taken."""
     if not steps or states[-1] != states[0]:
         return False
-    if any(BY_NAME[st.action].environment for st in steps):
+    if not all(BY_NAME[st.action].own(ctx, s, st.rid) for st, s in zip(steps, states)):
         return False
     taken = {(st.action, st.rid) for st in steps}
     always = None
     for s in states[:-1]:
-        here = {(a.name, r) for a, r in enabled(ctx, s) if not a.environment}
+        here = {(a.name, r) for a, r in enabled(ctx, s) if a.own(ctx, s, r)}
         always = here if always is None else always & here
     return not (always - taken)

@@ -403,7 +403,7 @@ def deadlocked(ctx: Ctx, s: State) -> bool:
     enabled: only a timeout (or the environment) can move it."""
     if not any(waiting(s, r) for r in range(len(s.p))):
         return False
-    return not any(not a.environment for a, _ in enabled(ctx, s))
+    return not any(a.own(ctx, s, r) for a, r in enabled(ctx, s))
 
 
 prop(

@@ -28,7 +28,19 @@ def _p_abortable(c, s, r):
                          PStage.FORWARDED, PStage.INFLIGHT)
 
 
-@action("client", guard=_p_abortable, event="client_abort", worker="prefill")
+def _aborted_at_decode(c, s, r):
+    """The client has aborted: its abort reached decode.  The router drops
+    both connections when the client goes, so prefill's tokenizer manager
+    aborts the request too: its abort is no new choice of the environment."""
+    return s.d[r].client_aborted
+
+
+def _aborted_at_prefill(c, s, r):
+    return s.aborted_by_client[r]
+
+
+@action("client", guard=_p_abortable, event="client_abort", worker="prefill",
+        follows=_aborted_at_decode)
 def p_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``abort_request`` on P (§5.7; sch 4984/5235/5465/5476/5693 ...): method 1
     pops a waiting request; bootstrap and inflight queues abort the sender
@@ -63,7 +75,8 @@ def _d_abortable(c, s, r):
         DStage.PREALLOC, DStage.TRANSFER, DStage.WAITING, DStage.RUNNING, DStage.RETRACTED)
 
 
-@action("client", guard=_d_abortable, event="client_abort", worker="decode")
+@action("client", guard=_d_abortable, event="client_abort", worker="decode",
+        follows=_aborted_at_prefill)
 def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``abort_request`` on D (§5.7): prealloc and transfer queues call
     ``receiver.abort()`` (cc 1626/1857/2016/2552/2955: Failed, ABORT sent to P);

@@ -62,10 +62,19 @@ class Action:
     # (by default: the steps a scenario [events] flag switches on); the
     # liveness properties ask for answers through the other steps
     environment: bool = False
+    # an environment step that, once ``follows(ctx, s, rid)`` holds, is the
+    # deployment's own consequence of one already taken (the client's abort
+    # reaching the second worker)
+    follows: Optional[Callable[[Ctx, State, int], bool]] = None
 
     @property
     def doc(self) -> str:
         return (self.effect.__doc__ or "").strip()
+
+    def own(self, ctx: Ctx, s: State, rid: int) -> bool:
+        """Taken in ``s`` on request ``rid``: a step of the deployment's own
+        progress, not one the environment chooses."""
+        return not self.environment or (self.follows is not None and self.follows(ctx, s, rid))
 
     def enabled(self, ctx: Ctx, s: State, rid: int) -> bool:
         if self.event_flag and not ctx.scenario.events.on(self.event_flag, rid):
@@ -85,7 +94,8 @@ BY_NAME: Dict[str, Action] = {}
 
 def action(actor: str, guard: Callable, choices: Callable = None, event: str = None,
            arg_names: Tuple[str, ...] = (), optional_args: int = 0, worker: str = None,
-           timeout: str = None, seam: str = None, environment: bool = None):
+           timeout: str = None, seam: str = None, environment: bool = None,
+           follows: Callable = None):
     """Register an action: ``guard(ctx, s, rid) -> bool`` first, effect below.
 
     ``worker`` defaults to the actor for the schedulers' actions and to
@@ -101,7 +111,8 @@ def action(actor: str, guard: Callable, choices: Callable = None, event: str = N
         names = tuple(arg_names)
         a = Action(fn.__name__, actor, guard, fn, choices, event, names,
                    len(names) if names in (RANK_ARG, PRANK_ARG, CHANNEL_ARG) else optional_args,
-                   worker, timeout, seam, event is not None if environment is None else environment)
+                   worker, timeout, seam, event is not None if environment is None else environment,
+                   follows)
         ACTIONS.append(a)
         BY_NAME[a.name] = a
         return fn
