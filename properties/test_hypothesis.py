@@ -92,8 +92,11 @@ NOT_FOUND_BY_CI = {
        "two failures of one request and a stale chunk across three lifecycles: "
        "0 in 10,000 runs" for rel in ("0.5.21", "0.5.22", "0.5.23")},
 }
+# the liveness cells are decided on the whole graph; the Hypothesis engine
+# checks only their deadlock form (tests/test_liveness.py)
 FOUND_BY_CI = [pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason=NOT_FOUND_BY_CI[c]))
-               if c in NOT_FOUND_BY_CI else c for c in violated_cells()]
+               if c in NOT_FOUND_BY_CI else c for c in violated_cells()
+               if not properties.CATALOG[c[0]].kind.on_graph]
 
 
 def test_the_misses_are_cells_of_the_table():

@@ -47,6 +47,13 @@ def test_every_safety_property_fails_somewhere():
     assert {p.name for p in properties.SAFETY} <= failing
 
 
+def test_every_liveness_property_fails_somewhere():
+    """No vacuous liveness property: each is violated on some release or mutant."""
+    failing = {p for (p, sc), cells in ESTABLISHED.items() if any(c.startswith("F") for c in cells)}
+    failing |= {p for (m, p, sc), c in MUTANT_CELLS.items() if c == "F"}
+    assert {p.name for p in properties.LIVENESS} <= failing
+
+
 def test_every_reachability_property_can_fail():
     failing = {p for (m, p, sc), c in MUTANT_CELLS.items() if c == "U"}
     assert {p.name for p in properties.REACHABILITY} <= failing

@@ -199,6 +199,9 @@ MUTANT_CELLS = {
     ("deny-all", "reentry-can-resume", "retract-abort"): "U",
     ("generation-less-aborts", "drain-ack-releases-hold", "two-rank-abort"): "U",
     ("generation-less-aborts", "drain-ack-reaches-every-rank", "two-rank-abort"): "F",
+    # an optimistic requeue that spends no attempt: request 0 yields, is
+    # requeued and forwards again for ever (a lasso)
+    ("requeue-forever", "no-livelock", "optimistic-tight"): "F",
 }
 
 

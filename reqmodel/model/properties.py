@@ -408,10 +408,10 @@ def deadlocked(ctx: Ctx, s: State) -> bool:
 
 prop(
     name="answered-without-timeout", kind="always-possibly", ref="L1",
-    text="From every reachable state, every request whose client still waits can still be "
-         "answered by both workers through the deployment's own steps: no timeout (bootstrap, "
-         "waiting, deferred release) and no client abort, transfer failure, retraction or pause "
-         "is needed.",
+    text="From every state reached without a timeout, every request whose client waits can "
+         "still be answered by both workers through the deployment's own steps: no timeout "
+         "(bootstrap, waiting, deferred release) and no client abort, transfer failure, "
+         "retraction or pause is needed.",
     goal=answered, pending=waiting, partial=lambda ctx, s: not deadlocked(ctx, s),
     partial_note="checked only in its deadlock form (a request unanswered with nothing but a "
                  "timeout or the environment able to move); the AG EF form needs the whole "
@@ -421,7 +421,7 @@ prop(
 prop(
     name="no-livelock", kind="eventually", ref="L2",
     text="No cycle of the deployment's own steps that a weakly fair scheduler can run forever "
-         "(every step that stays enabled is eventually taken) while a request is unanswered.",
+         "(every step that stays enabled is eventually taken) while a request's client waits.",
     goal=answered, pending=waiting,
     partial_note="a lasso needs the whole state graph: use the exhaustive engine",
 )
