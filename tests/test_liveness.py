@@ -277,6 +277,13 @@ def test_a_client_abort_that_reached_one_worker_reaches_the_other():
     assert BY_NAME["d_abort"].own(ctx, aborted, 0) and not BY_NAME["d_abort"].own(ctx, aborted, 1)
 
 
+def test_check_prints_why_a_liveness_cell_is_not_applicable(tmp_path):
+    r = run("check", "--engine", "z3", "--depth", "4", "--scenario", "both-reject", "--release",
+            "0.5.21", "--property", "no-livelock", "--out", str(tmp_path))
+    assert r.returncode == 0
+    assert "no-livelock: a lasso needs the whole state graph: use the exhaustive engine" in r.stdout
+
+
 def test_every_liveness_property_says_why_other_engines_skip_it():
     for p in properties.LIVENESS:
         assert p.partial_note and p.goal and p.pending

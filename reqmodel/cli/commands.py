@@ -177,6 +177,8 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
     files = sorted({r.trace_file for r in results if r.trace_file})
     if files:
         stdout.print(f"{len(files)} trace file(s) written under {out}/")
+    for prop, note in sorted({(r.property, r.note) for r in results if r.note}):
+        stdout.print(f"{prop}: {note}", markup=False, highlight=False)
     if engine == "hypothesis":
         ex = sum(r.examples or 0 for r in results)
         st_ = sum(r.steps or 0 for r in results)
