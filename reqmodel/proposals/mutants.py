@@ -24,6 +24,12 @@ def naive_decode_door(req, is_retracted: bool, is_rebootstrap: bool) -> bool:
     return g.is_aborted(req)
 
 
+def drop_every_prealloc(req) -> bool:
+    """Decode's prealloc scan drops every entry (it answers, and tells
+    prefill nothing)."""
+    return True
+
+
 def deny_prefill_door(req) -> bool:
     return True
 
@@ -56,4 +62,8 @@ MUTANTS: Dict[str, Release] = {
     # yields to a bootstrapped peer comes back to the front of the waiting
     # queue for ever (no-livelock's deliberately wrong record)
     "requeue-forever": attrs.evolve(R0521, name="requeue-forever", requeue_spends_attempt=False),
+    # a prealloc scan that drops everything: decode answers, prefill is never
+    # told and waits for its bootstrap timeout (answered-without-timeout's)
+    "drop-every-prealloc": attrs.evolve(R0521, name="drop-every-prealloc",
+                                        prealloc_scan=drop_every_prealloc),
 }
