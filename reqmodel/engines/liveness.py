@@ -289,8 +289,7 @@ def _fair_cycle(entry: int, members: Set[int], edges: Edges, enabled_at) -> Tupl
         if not missing:
             return tuple(cycle)
         i = missing[0]
-        source = next(u for u in sorted(members) if any(j == i for _, j in adj[u])) \
-            if any(j == i for u in members for _, j in adj[u]) else None
+        source = next((u for u in sorted(members) if any(j == i for _, j in adj[u])), None)
         if source is not None:
             to_src = [] if source == entry else _bfs_path(entry, lambda v: v == source, members, plain)
             target = next(v for v, j in adj[source] if j == i)
