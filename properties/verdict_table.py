@@ -266,6 +266,11 @@ ESTABLISHED = {
     ("rejected-never-succeeds", "prefill-reject"): ["F12", "H", "H", "H", "H"],
     ("valid-request-completes", "optimistic-tight"): ["R15", "R15", "R15", "R15", "R15"],
     ("valid-request-completes", "two-valid"): ["R15", "R15", "R15", "R15", "R15"],
+    # reuse_room_after = "decode": request 1 opens the room while prefill still holds request 0
+    ("no-scheduler-crash", "room-reuse-early"): ["F17", "F17", "F17", "F17", "F17"],
+    ("answered-without-timeout", "room-reuse-early"): ["F21", "F21", "F21", "F21", "F21"],
+    ("no-livelock", "room-reuse-early"): ["H", "H", "H", "H", "H"],
+    ("valid-request-completes", "room-reuse-early"): ["R15", "R15", "R15", "R15", "R15"],
 }
 
 # mutant -> (property, scenario, cell): each property that holds on every real
