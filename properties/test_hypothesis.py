@@ -88,6 +88,14 @@ NOT_FOUND_BY_CI = {
     # 42 steps: request 0's transfer fails, then its stale write's batch in
     # request 1's lifecycle, and request 1's stale chunk outlasts request 2's
     # answer
+    # issue #22: an earlier request's write lands Success on the room a new
+    # sender opened, then pop_bootstrapped runs (measured: the ci profile
+    # misses these five; the per-run rate is not measured yet)
+    **{("no-scheduler-crash", sc, rel):
+       "a write landing inside the next request's bootstrap: not found by the ci profile"
+       for sc, rel in (("prefill-tp", "0.5.20"), ("prefill-tp", "0.5.22"),
+                       ("room-reuse", "0.5.20"), ("room-reuse", "0.5.21"),
+                       ("room-reuse", "0.5.22"))},
     **{("room-state-released", "room-reuse-three", rel):
        "two failures of one request and a stale chunk across three lifecycles: "
        "0 in 10,000 runs" for rel in ("0.5.21", "0.5.22", "0.5.23")},
