@@ -60,45 +60,44 @@ NOT_FOUND_BY_CI = {
     # page, and the chunk lands before prefill has processed the ABORT
     **{("no-reuse-during-inflight-write", sc, rel): f"a write racing the abort: {pct} of runs"
        for sc, rel, pct in (("optimistic-abort-unit", "0.5.19", "0.04 %"),
-                            ("optimistic-abort-unit", "0.5.20", "0.01 %"),
-                            ("inflight-reuse", "0.5.19", "0.22 %"))},
+                            ("optimistic-abort-unit", "0.5.20", "0.01 %"))},
     **{("no-foreign-kv-read", "inflight-reuse", rel):
        "a write racing the abort and landing after the next request's own write: "
-       "1 to 3 runs in 10,000" for rel in ("0.5.19", "0.5.20", "0.5.21", "0.5.22")},
+       "1 to 3 runs in 10,000" for rel in ("0.5.19", "0.5.21", "0.5.22")},
     ("no-foreign-kv-read", "transfer-failure", "0.5.20"):
         "a failed transfer's stray write landing in the next request's page: 0.06 % of runs",
-    # room reuse: the earlier request's queued chunk must outlast both of its
-    # answers and the later request's preallocation and metadata
-    **{(prop, "room-reuse", rel):
-       "a chunk queued through a client's round trip and the next preallocation: "
-       "0.02 to 0.08 % of runs"
-       for prop in ("commit-after-all-ranks", "no-foreign-kv-read")
-       for rel in ("0.5.20", "0.5.22")},
-    ("drain-ack-reaches-every-rank", "room-reuse", "0.5.22"):
-        "an abort inside the write's flight, then the later sender opening the room: "
-        "0.19 % of runs",
-    ("drain-ack-reaches-every-rank", "prefill-tp", "0.5.22"):
-        "the later sender opening the room inside the earlier write's flight, on one of "
-        "two ranks: 0.30 % of runs",
+    ("commit-after-all-ranks", "room-reuse", "0.5.22"):
+        "a chunk queued through a client's round trip and the next preallocation: "
+        "0.02 to 0.08 % of runs",
+    ("no-foreign-kv-read", "room-reuse", "0.5.22"):
+        "a chunk queued through a client's round trip and the next preallocation: "
+        "0.02 to 0.08 % of runs",
     ("drain-ack-reaches-every-rank", "two-rank-abort", "0.5.21"):
         "both ABORTs and clear() inside one write's flight: 0.05 % of runs",
-    ("no-foreign-kv-read", "prefill-tp-failure", "0.5.19"):
-        "one prefill rank's stray write landing in the page the next request took: "
-        "0.17 % of runs",
     # 42 steps: request 0's transfer fails, then its stale write's batch in
     # request 1's lifecycle, and request 1's stale chunk outlasts request 2's
     # answer
-    # issue #22: an earlier request's write lands Success on the room a new
-    # sender opened, then pop_bootstrapped runs (measured: the ci profile
-    # misses these five; the per-run rate is not measured yet)
+    **{("room-state-released", "room-reuse-three", rel):
+       "two failures of one request and a stale chunk across three lifecycles: "
+       "0 in 10,000 runs" for rel in ("0.5.21", "0.5.22", "0.5.23")},
+    # Issue #22's crash steps (p_poll_popped_room, p_unexpected_poll) changed
+    # the rules Hypothesis draws from, so its derandomized draws moved: seven
+    # cells listed before are found now and were taken off; these are missed now
+    # (measured by CI on this stop; per-run rates not measured yet)
+    **{cell: "missed by the ci profile's draws since issue #22's crash steps"
+       for cell in (("no-reuse-during-inflight-write", "inflight-reuse", "0.5.21"),
+                    ("no-foreign-kv-read", "transfer-failure", "0.5.19"),
+                    ("no-foreign-kv-read", "transfer-failure", "0.5.21"),
+                    ("no-foreign-kv-read", "inflight-reuse", "0.5.23"),
+                    ("commit-after-all-ranks", "room-reuse", "0.5.21"),
+                    ("no-foreign-kv-read", "room-reuse", "0.5.21"))},
+    # an earlier request's write lands Success on the room a new sender
+    # opened, then pop_bootstrapped runs
     **{("no-scheduler-crash", sc, rel):
        "a write landing inside the next request's bootstrap: not found by the ci profile"
        for sc, rel in (("prefill-tp", "0.5.20"), ("prefill-tp", "0.5.22"),
                        ("room-reuse", "0.5.20"), ("room-reuse", "0.5.21"),
                        ("room-reuse", "0.5.22"))},
-    **{("room-state-released", "room-reuse-three", rel):
-       "two failures of one request and a stale chunk across three lifecycles: "
-       "0 in 10,000 runs" for rel in ("0.5.21", "0.5.22", "0.5.23")},
 }
 # the liveness cells are decided on the whole graph; the Hypothesis engine
 # checks only their deadlock form (tests/test_liveness.py)
