@@ -310,10 +310,7 @@ def ends_by(ctx: Ctx, states: Sequence, edges: Edges, start: int, rid: int
     action (with its scenario flag set or not) whose guard holds on some state
     the deployment's own steps still reach from ``start``; as (action,
     request, environment variable, default seconds), the request's own first."""
-    adj: Dict[int, List[int]] = collections.defaultdict(list)
-    for u, v, own in zip(edges.src, edges.dst, edges.mine):
-        if own:
-            adj[u].append(v)
+    adj = _adjacency(len(states), edges, lambda u, v: True)
     seen = {start}
     stack = [start]
     while stack:
