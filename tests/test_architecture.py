@@ -123,3 +123,20 @@ def test_a_proposal_written_for_the_old_import_path_still_loads(tmp_path):
                  "def prefill_door(req):\n    return is_unadmitted_reject(req)\n")
     loaded = proposal.load(str(p))
     assert loaded.base.name == "0.5.20" and "prefill_door" in loaded.replaced
+
+
+def test_every_model_module_imports_first_in_a_fresh_interpreter():
+    """A user's first import can be any module (``from reqmodel.model import
+    scenario`` once failed on a circular import that an earlier import of
+    ``releases`` hid in every test)."""
+    import subprocess
+    import sys
+    names = sorted({".".join(p.relative_to(ROOT.parent).with_suffix("").parts)
+                    for p in MODEL if p.name != "__init__.py"})
+    code = ("import importlib, sys\n"
+            "for n in sys.argv[1:]:\n"
+            "    for m in [k for k in sys.modules if k.startswith('reqmodel')]:\n"
+            "        del sys.modules[m]\n"
+            "    importlib.import_module(n)\n")
+    out = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]

@@ -5,9 +5,12 @@ behaviour reads in one place and a proposal can replace it. (The ABORT_ACK
 target policy is larger and has its own module, ``ackpolicy``.)"""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 
-from reqmodel.model.scenario import Scenario
+if TYPE_CHECKING:  # scenario imports releases, which imports this module
+    from reqmodel.model.scenario import Scenario
 
 
 @attrs.frozen
