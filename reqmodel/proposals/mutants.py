@@ -12,7 +12,7 @@ from typing import Dict
 import attrs
 
 from reqmodel.model import guards as g
-from reqmodel.model.releases import R0521, R0522, Release
+from reqmodel.model.releases import R0521, R0522, R0523, Release
 
 
 def naive_prefill_door(req) -> bool:
@@ -66,4 +66,12 @@ MUTANTS: Dict[str, Release] = {
     # told and waits for its bootstrap timeout (answered-without-timeout's)
     "drop-every-prealloc": attrs.evolve(R0521, name="drop-every-prealloc",
                                         prealloc_scan=drop_every_prealloc),
+    # 0.5.23 with 0.5.19's final-result handling, no abort check: the late
+    # final result of a request retired at the door puts it (no KV any more)
+    # in the inflight queue, whose Failed path calls release_kv_cache
+    # unconditionally and trips its supports_mamba() assertion (memc
+    # 19:257-260): the prefill scheduler dies (no-scheduler-crash's record;
+    # every real release from 0.5.20 on retires the result first)
+    "unchecked-final-result": attrs.evolve(R0523, name="unchecked-final-result",
+                                           final_result=g.final_result_unchecked),
 }
