@@ -74,12 +74,6 @@ NOT_FOUND_BY_CI = {
         "0.02 to 0.08 % of runs",
     ("drain-ack-reaches-every-rank", "two-rank-abort", "0.5.21"):
         "both ABORTs and clear() inside one write's flight: 0.05 % of runs",
-    # 42 steps: request 0's transfer fails, then its stale write's batch in
-    # request 1's lifecycle, and request 1's stale chunk outlasts request 2's
-    # answer
-    **{("room-state-released", "room-reuse-three", rel):
-       "two failures of one request and a stale chunk across three lifecycles: "
-       "0 in 10,000 runs" for rel in ("0.5.21", "0.5.22", "0.5.23")},
     # Issue #22's crash steps (p_poll_popped_room, p_unexpected_poll) changed
     # the rules Hypothesis draws from, so its derandomized draws moved: seven
     # cells listed before are found now and were taken off; these are missed now
@@ -87,10 +81,20 @@ NOT_FOUND_BY_CI = {
     **{cell: "missed by the ci profile's draws since issue #22's crash steps"
        for cell in (("no-reuse-during-inflight-write", "inflight-reuse", "0.5.21"),
                     ("no-foreign-kv-read", "transfer-failure", "0.5.19"),
-                    ("no-foreign-kv-read", "transfer-failure", "0.5.21"),
                     ("no-foreign-kv-read", "inflight-reuse", "0.5.23"),
                     ("commit-after-all-ranks", "room-reuse", "0.5.21"),
                     ("no-foreign-kv-read", "room-reuse", "0.5.21"))},
+    # Since the correction "a transfer fails only for a chunk" (notes/verdicts.md,
+    # issue #22's stop) the failing write must be dequeued first: these
+    # foreign reads got longer (F29 to F35) and the ci profile's draws miss
+    # them; no-foreign-kv-read on transfer-failure 0.5.21 is found again
+    # (measured: pytest -n 2 properties/test_hypothesis.py on this stop)
+    **{("no-foreign-kv-read", sc, rel):
+       "a failed write dequeued, then landing in the next request's page: "
+       "missed by the ci profile since the chunk correction"
+       for sc, rel in (("room-reuse-three", "0.5.21"), ("room-reuse-three", "0.5.22"),
+                       ("room-reuse-three", "0.5.23"), ("prefill-tp-failure", "0.5.19"),
+                       ("prefill-tp-failure", "0.5.20"), ("prefill-tp-failure", "0.5.21"))},
     # an earlier request's write lands Success on the room a new sender
     # opened, then pop_bootstrapped runs
     **{("no-scheduler-crash", sc, rel):

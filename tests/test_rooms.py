@@ -198,7 +198,7 @@ def test_a_third_request_of_the_room_polls_what_a_drain_ack_popped_from_0_5_21()
     sc = scenario.builtin("room-reuse-three")
     popped = properties.CATALOG["no-poll-of-popped-room"]
     for name in releases.NAMES:
-        expected = ("holds", None) if name in ("0.5.19", "0.5.20") else ("violated", 20)
+        expected = ("holds", None) if name in ("0.5.19", "0.5.20") else ("violated", 23)
         assert verdict(releases.get(name), sc, popped) == expected, name
     # deferred release is what keeps request 0's receiver alive until the ack
     off = attrs.evolve(sc, deferred_release=False)
@@ -209,33 +209,43 @@ def test_a_third_request_of_the_room_polls_what_a_drain_ack_popped_from_0_5_21()
     r20, r21 = releases.get("0.5.20"), releases.get("0.5.21")
     assert verdict(attrs.evolve(r21, hold_unnotified=False), sc, popped) == ("holds", None)
     assert verdict(attrs.evolve(r20, deferred_release_default=True, hold_unnotified=True),
-                   sc, popped) == ("violated", 20)
+                   sc, popped) == ("violated", 23)
 
 
 def test_a_transfer_failure_is_the_named_requests_own():
-    """``transfer_failure = [0]`` lets request 0's transfers fail. Once request
-    0 has answered and the next request of its room has reached a worker, a
-    failure of the room is that request's, unless a write of request 0's is
-    still in flight there (its stale chunk's batch failing)."""
+    """``transfer_failure = [0]`` lets request 0's transfers fail, and a
+    transfer fails only for a chunk (mc 19:1719-1736: the worker takes the
+    chunk and finds decode's session failed; or the batch of a write in
+    flight fails): not before prefill has queued one.  The dequeue-time
+    failure consumes the chunk.  Once request 0 has answered and the next
+    request of its room has reached a worker, the room's chunks are that
+    request's, and nothing fails under request 0's name."""
     ctx = Ctx(releases.get("0.5.21"), scenario.builtin("room-reuse-three"))
     fail = actions.BY_NAME["xfer_fail"]
     s = _run(ctx, [
         Step("p_intake", 0), Step("d_intake", 0), Step("p_door", 0), Step("d_door", 0),
         Step("d_prealloc", 0, (0, (0,))), Step("p_recv_metadata", 0),
-        Step("p_pop_bootstrapped", 0), Step("p_forward", 0), Step("p_result", 0)])
-    assert fail.enabled(ctx, s, 0)  # request 0's own transfer
+        Step("p_pop_bootstrapped", 0), Step("p_forward", 0)])
+    # decode's metadata is there, prefill has queued nothing: no failure yet
+    assert s.rooms[0].status == KVPoll.WaitingForInput and not s.msgs("chunk", 0)
+    assert not fail.enabled(ctx, s, 0)
+    s = _run(ctx, [Step("p_result", 0)], s)
+    assert fail.enabled(ctx, s, 0)  # request 0's own chunk, at the head of the queue
+    s = _run(ctx, [Step("xfer_fail", 0)], s)
+    # taken off the queue, nothing written, the room Failed and finished
+    assert s.rooms[0].status == KVPoll.Failed and not s.msgs("chunk", 0)
+    assert not s.msgs("write", 0) and not s.msgs("stray", 0) and s.rooms[0].outstanding == 0
     s = _run(ctx, [
-        Step("xfer_fail", 0), Step("p_inflight", 0), Step("d_transferred", 0),
+        Step("p_inflight", 0), Step("d_transferred", 0),
         Step("p_intake", 1), Step("d_intake", 1), Step("p_recv_abort", 0), Step("p_door", 1),
         Step("d_recv_ack", 0), Step("d_door", 1), Step("d_prealloc", 1, (0, (0,))),
         Step("p_recv_metadata", 1), Step("p_pop_bootstrapped", 1), Step("p_forward", 1),
         Step("p_result", 1)], s)
-    # the room takes request 1's chunks now, and request 0's stale chunk is
-    # still queued: no failure under request 0's name
-    assert s.rooms[0].status == KVPoll.WaitingForInput and s.msgs("chunk", 0)
+    # the room takes request 1's chunk now: no failure under request 0's name
+    assert s.rooms[0].status == KVPoll.WaitingForInput and s.msgs("chunk", 1)
     assert not fail.enabled(ctx, s, 0)
-    s = _run(ctx, [Step("xfer_dequeue", 0)], s)  # its write is in flight
-    assert fail.enabled(ctx, s, 0)
+    s = _run(ctx, [Step("xfer_dequeue", 1)], s)  # request 1's write, not 0's
+    assert not fail.enabled(ctx, s, 0)
 
 
 def test_a_client_abort_opens_the_popped_room_on_every_release_that_defers():

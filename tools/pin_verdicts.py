@@ -4,7 +4,8 @@
     python tools/pin_verdicts.py check.json            # print the changed cells
     python tools/pin_verdicts.py check.json --write    # and rewrite the file
 
-Only the cell lists are rewritten; the comments beside them are not, so read
+A run of some scenarios (``--scenario a,b``) re-pins only theirs.  Only the
+cell lists are rewritten; the comments beside them are not, so read
 the printed changes and fix any comment that quotes a length or a verdict.
 """
 import json
@@ -40,6 +41,8 @@ def main(argv) -> int:
         return "[" + ", ".join(f'"{c}"' for c in cells) + "]"
 
     def sub(m, prop, sc):
+        if not all((prop, sc, rel) in by for rel in rels):
+            return m.group(0)  # a scenario the run did not cover: left as it is
         old = re.findall(r'"([^"]*)"', m.group("cells"))
         new = cells_for(prop, sc)
         if old != new:

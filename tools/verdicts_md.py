@@ -1,5 +1,9 @@
 """Render the full verdict table (every built-in scenario, release and
-property) as Markdown for notes/verdicts.md, from one exhaustive run."""
+property) as Markdown for notes/verdicts.md, from one exhaustive run.
+
+    python tools/verdicts_md.py                   # every built-in scenario
+    python tools/verdicts_md.py transfer-failure  # the rows of some of them
+"""
 import sys
 
 from reqmodel.model import properties
@@ -15,7 +19,7 @@ def main() -> None:
     props = properties.select([])
     print("| scenario | property | " + " | ".join(r.name for r in rels) + " |")
     print("|---|---|" + "---|" * len(rels))
-    for name in scenario.builtin_names():
+    for name in sys.argv[1:] or scenario.builtin_names():
         sc = scenario.builtin(name)
         results = run(Exhaustive(), rels, [sc], props, out=None)
         for p in props:

@@ -147,18 +147,28 @@ def _room_passed_on(c: Ctx, s: State, r: int) -> bool:
 
 
 def _failing_ranks(c, s, r):
-    """The prefill ranks where a transfer of request r's can fail now: its
-    room is taking chunks for r, or, once the next request of the room has
-    opened it, a write of r's is still in flight there. A scenario's
-    ``transfer_failure`` names requests, and a failure is one of r's own
-    transfers, so a shared room's later lifecycles do not fail under r's
-    name."""
+    """The prefill ranks where a transfer of request r's can fail now.  The
+    transfer worker is the only place prefill records a failure
+    (``record_failure`` + Failed, mc 19:1723-1729, 19:1876-1883,
+    19:1907-1914 and their successors), and it does so for a chunk: when it
+    takes r's chunk and finds decode's session failed ("Early exit if the
+    request has failed"), or when the batch of r's write in flight fails.  So
+    the room must be taking chunks for r and r's chunk be at the head of the
+    worker's queue, or a write of r's be in flight (also once the next request
+    of the room has opened it).  Before prefill's sender has queued a chunk
+    nothing on prefill can fail the room but decode's ABORT
+    (``p_recv_abort``).  A scenario's ``transfer_failure`` names requests, and
+    a failure is one of r's own transfers, so a shared room's later
+    lifecycles do not fail under r's name."""
     ours = not _room_passed_on(c, s, r)
     out = []
     for q in pranks(c):
         room = room_of(c, s, r, q)
+        writing = any(m.rid == r for m in rank_msgs(s, "write", r, q))
+        queue = rank_msgs(s, "chunk", r, q)
+        chunk_next = bool(queue) and queue[0].rid == r and not _worker_busy(s, r, q)
         if (room.status in (KVPoll.WaitingForInput, KVPoll.Transferring) and room.dst is not None
-                and (ours or any(m.rid == r for m in rank_msgs(s, "write", r, q)))):
+                and (writing or (ours and chunk_next))):
             out.append(q)
     return out
 
@@ -179,21 +189,28 @@ def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
     write becomes ``stray`` and lands whenever it lands), breaks out, and
     finishes the chunk as usual (``worker_done``); from 0.5.22 it first
     poisons the room, which then never acks (mc 22:2677, 22:2698).  Without
-    a write in flight it is a failure found before a send (a session already
-    failed, the heartbeat), which poisons nothing.  Only prefill rank q's
-    KV manager fails; the others go on."""
+    a write in flight it is the worker taking r's chunk and finding decode's
+    session already failed (mc 19:1719-1736, "Early exit if the request has
+    failed"): the chunk is dequeued and counted (mc 19:1670-1676), nothing is
+    written and nothing poisoned, and the chunk is finished as usual (mc
+    19:1968-1991).  Only prefill rank q's KV manager fails; the others go
+    on."""
     q = prank_of(arg)
     inflight = rank_msgs(s, "write", r, q)
     if inflight:
-        w = inflight[0]
-        s = send(consume(s, w), Msg(MsgKind.stray, w.rid, pages=w.pages, prank=q))
+        last = inflight[0].last
+        s = send(consume(s, inflight[0]),
+                 Msg(MsgKind.stray, inflight[0].rid, pages=inflight[0].pages, prank=q))
+    else:
+        chunk = rank_msgs(s, "chunk", r, q)[0]
+        last = chunk.last
+        s = consume(s, chunk)
+        s = set_room(c, s, r, q=q, outstanding=room_of(c, s, r, q).outstanding + 1)
     s = record_failure(c, s, r, q)
     if inflight and c.release.poison_failed_rooms:
         s = set_room(c, s, r, q=q, poisoned=True, ack_to=())
     s = send(s, Msg(MsgKind.status, r, poll=KVPoll.Failed, prank=q))
-    if inflight:
-        s = worker_done(c, s, r, inflight[0].last, q)
-    return s, ()
+    return worker_done(c, s, r, last, q), ()
 
 
 def _stray_write(c, s, r):
