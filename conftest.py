@@ -28,3 +28,18 @@ def exploration(release_name: str, scenario_name: str):
 @pytest.fixture(scope="session")
 def explored():
     return exploration
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test that reads the shared explorations (the ``explored``
+    fixture) and every conformance test is in one xdist group, so that with
+    ``pytest -n N --dist loadgroup`` (as ``.ci/run`` runs) one worker makes
+    the explorations once and the other workers take the rest of the suite.
+    The conformance tests run last in that group: ``.ci/run`` builds their
+    environment beside the first part of the run."""
+    conformance = [it for it in items if it.get_closest_marker("conformance")]
+    rest = [it for it in items if not it.get_closest_marker("conformance")]
+    items[:] = rest + conformance
+    for it in items:
+        if "explored" in getattr(it, "fixturenames", ()) or it.get_closest_marker("conformance"):
+            it.add_marker(pytest.mark.xdist_group("explored"))
