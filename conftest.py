@@ -32,14 +32,9 @@ def explored():
 
 def pytest_collection_modifyitems(config, items):
     """Every test that reads the shared explorations (the ``explored``
-    fixture) and every conformance test is in one xdist group, so that with
-    ``pytest -n N --dist loadgroup`` (as ``.ci/run`` runs) one worker makes
-    the explorations once and the other workers take the rest of the suite.
-    The conformance tests run last in that group: ``.ci/run`` builds their
-    environment beside the first part of the run."""
-    conformance = [it for it in items if it.get_closest_marker("conformance")]
-    rest = [it for it in items if not it.get_closest_marker("conformance")]
-    items[:] = rest + conformance
+    fixture; the conformance tests read them too) is in one xdist group, so
+    that ``pytest -n N --dist loadgroup`` makes the explorations once, on one
+    worker, while the other workers take the rest of the suite (README)."""
     for it in items:
-        if "explored" in getattr(it, "fixturenames", ()) or it.get_closest_marker("conformance"):
+        if "explored" in getattr(it, "fixturenames", ()):
             it.add_marker(pytest.mark.xdist_group("explored"))

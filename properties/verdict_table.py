@@ -155,10 +155,11 @@ ESTABLISHED = {
     # request 0's drain ack pops it under request 2's poll (KeyError)
     ("no-poll-of-popped-room", "room-reuse-three"): ["H", "H", "F23", "F23", "F23"],
     ("drain-ack-reaches-every-rank", "room-reuse-three"): ["H", "H", "H", "F16", "F16"],
-    # request 1's stale chunk lands in the room request 2's metadata re-created,
-    # after request 2's prefill has answered: prefill's request_status[room]
-    # stays Success with no sender left to clear it (needs request 0's
-    # transfer to fail, then its stale write's batch: two failures)
+    # room-state-released, commit-after-all-ranks and 0.5.19's
+    # transfer-status-monotone failed here only while a transfer could fail
+    # before prefill queued a chunk, leaving the chunk queued for the room's
+    # next lifecycle; they hold since that correction (notes/verdicts.md,
+    # "A second modelling correction")
     ("room-state-released", "room-reuse-three"): ["H", "H", "H", "H", "H"],
     ("transfer-status-monotone", "room-reuse-three"): ["H", "H", "H", "H", "H"],
     ("commit-after-all-ranks", "room-reuse-three"): ["H", "H", "H", "H", "H"],

@@ -24,28 +24,6 @@ _EXPLORED = None  # the session's shared explorations (root conftest.py)
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _environment_ready():
-    """``.ci/run`` builds the environment beside the first part of the run
-    and names a file that holds the build's exit status once it is done
-    (``REQMODEL_CONFORM_READY``): wait for it (at most 30 minutes) and fail
-    if the build failed. Without the variable the environment must be there."""
-    import os
-    import pathlib
-    import time
-    path = os.environ.get("REQMODEL_CONFORM_READY")
-    if not path:
-        return
-    deadline = time.monotonic() + 1800
-    while not pathlib.Path(path).exists() or not pathlib.Path(path).read_text().strip():
-        if time.monotonic() > deadline:
-            pytest.fail(f"the conformance environment was not built within 30 minutes ({path})")
-        time.sleep(5)
-    status = pathlib.Path(path).read_text().strip()
-    if status != "0":
-        pytest.fail(f"reqmodel conform --setup failed (exit {status}); see its log beside {path}")
-
-
-@pytest.fixture(scope="session", autouse=True)
 def _shared_explorations(explored):
     """Build the cases from the explorations the rest of the suite made, when
     it runs in the same process (.ci/run does): exploring every built-in

@@ -23,17 +23,18 @@ def _worker_busy(s: State, r: int, q: int) -> bool:
     return bool(rank_msgs(s, "write", r, q))
 
 
-def _queued_ranks(c, s, r):
-    """Prefill ranks whose worker can take r's chunk: the oldest chunk of r's
+def _chunk_next(s: State, r: int, q: int) -> bool:
+    """Prefill rank q's worker can take r's chunk: the oldest chunk of r's
     room on that rank is r's (the queue of a room is FIFO), and the worker is
     not busy with the room: one queue per destination session, one worker
     thread per queue, so a room's chunks are handled one at a time."""
-    out = []
-    for q in pranks(c):
-        queue = rank_msgs(s, "chunk", r, q)
-        if queue and queue[0].rid == r and not _worker_busy(s, r, q):
-            out.append(q)
-    return out
+    queue = rank_msgs(s, "chunk", r, q)
+    return bool(queue) and queue[0].rid == r and not _worker_busy(s, r, q)
+
+
+def _queued_ranks(c, s, r):
+    """Prefill ranks whose worker can take r's chunk (``_chunk_next``)."""
+    return [q for q in pranks(c) if _chunk_next(s, r, q)]
 
 
 def _chunk_queued(c, s, r):
@@ -165,10 +166,8 @@ def _failing_ranks(c, s, r):
     for q in pranks(c):
         room = room_of(c, s, r, q)
         writing = any(m.rid == r for m in rank_msgs(s, "write", r, q))
-        queue = rank_msgs(s, "chunk", r, q)
-        chunk_next = bool(queue) and queue[0].rid == r and not _worker_busy(s, r, q)
         if (room.status in (KVPoll.WaitingForInput, KVPoll.Transferring) and room.dst is not None
-                and (writing or (ours and chunk_next))):
+                and (writing or (ours and _chunk_next(s, r, q)))):
             out.append(q)
     return out
 
@@ -198,9 +197,9 @@ def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
     q = prank_of(arg)
     inflight = rank_msgs(s, "write", r, q)
     if inflight:
-        last = inflight[0].last
-        s = send(consume(s, inflight[0]),
-                 Msg(MsgKind.stray, inflight[0].rid, pages=inflight[0].pages, prank=q))
+        w = inflight[0]
+        last = w.last
+        s = send(consume(s, w), Msg(MsgKind.stray, w.rid, pages=w.pages, prank=q))
     else:
         chunk = rank_msgs(s, "chunk", r, q)[0]
         last = chunk.last
