@@ -1,5 +1,6 @@
-"""Benchmark: exhaust scenarios on every release; distinct states, states/s,
-wall time and peak RSS.
+"""Benchmark: exhaust scenarios on every release; distinct states, states per
+CPU second, wall time and peak RSS, optionally side by side with an earlier
+revision of the engine.
 
 Each (scenario, release) runs in its own process so that peak RSS
 (``ru_maxrss``) belongs to that run alone.  Usage::
@@ -7,16 +8,29 @@ Each (scenario, release) runs in its own process so that peak RSS
     python benchmarks/bench_explore.py                 # the default scenario
     python benchmarks/bench_explore.py --scenario all  # every built-in scenario
     python benchmarks/bench_explore.py --markdown      # a table for notes/performance.md
+    # today's engine against revision REV, in the same run, on the same machine:
+    python benchmarks/bench_explore.py --scenario optimistic-abort-unit,prefill-tp \\
+        --release 0.5.19 --baseline REV --repeat 3 --markdown
+
+With ``--baseline`` the revision is checked out into a temporary directory
+(``git archive``) and each run alternates between the two trees, so that the
+machine's load falls on both alike; the rows say whether the two found the
+same states, edges and verdicts.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import subprocess
 import sys
+import tempfile
 import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 
 
 def one(release: str, scenario_name: str, graph: bool, liveness: bool = True) -> dict:
@@ -25,24 +39,57 @@ def one(release: str, scenario_name: str, graph: bool, liveness: bool = True) ->
     from reqmodel.model import releases
     from reqmodel.model import scenario
     sc = scenario.builtin(scenario_name)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     props = [p for p in properties.select([]) if liveness or not p.kind.on_graph]
     ex = explore.explore(releases.get(release), sc, props, stop_early=False, keep_graph=graph)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    verdicts = {n: [v.verdict, v.trace_length] for n, v in sorted(ex.verdicts.items())}
     return {"scenario": scenario_name, "release": release, "states": ex.states,
             "edges": ex.edges, "depth": ex.depth, "seconds": round(wall, 3),
+            "cpu_seconds": round(cpu, 3),
             "states_per_s": round(ex.states / wall) if wall else None,
+            "states_per_cpu_s": round(ex.states / cpu) if cpu else None,
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            "graph": graph, "liveness": liveness}
+            "graph": graph, "liveness": liveness, "verdicts": verdicts}
+
+
+def _run(tree: str, rel: str, name: str, args) -> dict:
+    cmd = [sys.executable, os.path.join(HERE, "bench_explore.py"), "--one", rel, name]
+    if args.no_graph:
+        cmd.append("--no-graph")
+    if args.no_liveness:
+        cmd.append("--no-liveness")
+    env = dict(os.environ, PYTHONPATH=tree)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=tree, env=env)
+    return json.loads(out.stdout)
+
+
+def _checkout(rev: str) -> str:
+    """The tree of ``rev`` in a temporary directory (its own reqmodel package,
+    put first on the path of the runs that measure it)."""
+    tmp = tempfile.mkdtemp(prefix="reqmodel-baseline-")
+    archive = subprocess.run(["git", "-C", ROOT, "archive", rev], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+    return tmp
+
+
+def _best(rows):
+    """The run with the least CPU time (the least disturbed by the machine)."""
+    return min(rows, key=lambda r: r["cpu_seconds"])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenario", default="incident", help="a built-in name or 'all'")
-    ap.add_argument("--release", default="all")
+    ap.add_argument("--scenario", default="incident",
+                    help="a built-in name, a comma list of them, or 'all'")
+    ap.add_argument("--release", default="all", help="a release, a comma list, or 'all'")
     ap.add_argument("--no-graph", action="store_true", help="do not build the networkx graph")
     ap.add_argument("--no-liveness", action="store_true",
                     help="leave out the liveness properties (and the edges they need)")
+    ap.add_argument("--baseline", metavar="REV",
+                    help="also measure the engine of git revision REV, alternating runs")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per tree and cell; the least CPU time is reported")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--one", nargs=2, metavar=("RELEASE", "SCENARIO"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -50,34 +97,56 @@ def main() -> None:
         print(json.dumps(one(args.one[0], args.one[1], not args.no_graph,
                              not args.no_liveness)))
         return
+    sys.path.insert(0, ROOT)
     from reqmodel.model import releases
     from reqmodel.model import scenario
-    names = scenario.builtin_names() if args.scenario == "all" else [args.scenario]
+    names = scenario.builtin_names() if args.scenario == "all" else args.scenario.split(",")
     rels = list(releases.RELEASES) if args.release == "all" else args.release.split(",")
+    base = _checkout(args.baseline) if args.baseline else None
     rows = []
     for name in names:
         for rel in rels:
-            cmd = [sys.executable, __file__, "--one", rel, name]
-            if args.no_graph:
-                cmd.append("--no-graph")
-            if args.no_liveness:
-                cmd.append("--no-liveness")
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            row = json.loads(out.stdout)
+            now, before = [], []
+            for _ in range(args.repeat):
+                now.append(_run(ROOT, rel, name, args))
+                if base:
+                    before.append(_run(base, rel, name, args))
+            row = _best(now)
+            if base:
+                b = _best(before)
+                row["baseline"] = {k: b[k] for k in ("states", "edges", "cpu_seconds",
+                                                     "states_per_cpu_s", "peak_rss_mb")}
+                row["same"] = all(b[k] == row[k] for k in ("states", "edges", "depth", "verdicts"))
+                row["speedup"] = round(b["cpu_seconds"] / row["cpu_seconds"], 2)
             rows.append(row)
             if not args.markdown:
-                print(json.dumps(row), flush=True)
+                print(json.dumps({k: v for k, v in row.items() if k != "verdicts"}), flush=True)
     if args.markdown:
         print(f"Machine: {platform.machine()}, Python {platform.python_version()}, "
-              f"graph {'off' if args.no_graph else 'on'}\n")
-        print("| scenario | release | distinct states | edges | depth | wall s | states/s | peak RSS MB |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|")
-        for r in rows:
-            print(f"| {r['scenario']} | {r['release']} | {r['states']:,} | {r['edges']:,} | "
-                  f"{r['depth']} | {r['seconds']:.2f} | {r['states_per_s']:,} | {r['peak_rss_mb']} |")
-        total = sum(r["seconds"] for r in rows if r["scenario"] == "incident")
-        if total:
-            print(f"\nDefault scenario (incident), all releases: {total:.2f} s in total.")
+              f"graph {'off' if args.no_graph else 'on'}, "
+              f"liveness {'off' if args.no_liveness else 'on'}, best of {args.repeat}\n")
+        if base:
+            print(f"| scenario | release | distinct states | edges | states/CPU s ({args.baseline}) "
+                  "| states/CPU s (now) | speed-up | same states, edges, verdicts | "
+                  "peak RSS MB (before / now) |")
+            print("|---|---|---:|---:|---:|---:|---:|---|---:|")
+            for r in rows:
+                b = r["baseline"]
+                print(f"| {r['scenario']} | {r['release']} | {r['states']:,} | {r['edges']:,} | "
+                      f"{b['states_per_cpu_s']:,} | {r['states_per_cpu_s']:,} | "
+                      f"{r['speedup']}x | {'yes' if r['same'] else 'NO'} | "
+                      f"{b['peak_rss_mb']} / {r['peak_rss_mb']} |")
+        else:
+            print("| scenario | release | distinct states | edges | depth | wall s | "
+                  "states/CPU s | peak RSS MB |")
+            print("|---|---|---:|---:|---:|---:|---:|---:|")
+            for r in rows:
+                print(f"| {r['scenario']} | {r['release']} | {r['states']:,} | {r['edges']:,} | "
+                      f"{r['depth']} | {r['seconds']:.2f} | {r['states_per_cpu_s']:,} | "
+                      f"{r['peak_rss_mb']} |")
+            total = sum(r["seconds"] for r in rows if r["scenario"] == "incident")
+            if total:
+                print(f"\nDefault scenario (incident), all releases: {total:.2f} s in total.")
 
 
 if __name__ == "__main__":

@@ -165,6 +165,33 @@ def test_successors_commute_with_the_canonical_form(sc, release):
     assert checked > 300
 
 
+@pytest.mark.parametrize("sc,release", [
+    (TWO_PREFILL_RANKS_TWO_REQUESTS, "0.5.19"), (TWO_RANKS_TWO_REQUESTS, "0.5.21"),
+    (scenario.builtin("room-reuse-three"), "0.5.22")], ids=lambda x: getattr(x, "name", x))
+def test_repr_key_orders_as_repr_and_canonical_forms_are_fixed_points(sc, release):
+    """The explorer orders candidate states by ``ReprKey``, which must be
+    exactly ``repr`` (else the stored representatives, and the corpus, would
+    change), and it looks a successor up before canonicalising it, which is
+    right only if a stored representative is its own canonical form."""
+    rng = random.Random(5)
+    ctx = actions.Ctx(releases.get(release), sc)
+    classes = explore.symmetry_classes(sc)
+    ranks, pranks = sc.decode.ranks, sc.prefill.ranks
+    key = symmetry.ReprKey()
+    checked = 0
+    for s, succ in _random_walks(ctx, rng, 30, 3, 30):
+        for _, n, _ in succ:
+            assert key(n) == repr(n)
+            sig = symmetry._request_signature(n, 0)
+            assert key(sig) == repr(sig)
+            c = symmetry.canonical(n, classes, ranks, pranks, key)
+            assert c == symmetry.canonical(n, classes, ranks, pranks)
+            assert symmetry.canonical(c, classes, ranks, pranks, key) == c
+            checked += 1
+    assert checked > 300
+    assert key.memo  # the records' reprs were shared
+
+
 # one request: the gain is the decode-rank swap; two requests told apart by
 # their events: metadata slots and the prefill-rank swap (3.8x measured)
 @pytest.mark.parametrize("name,release,ratio", [("two-rank-abort", "0.5.21", 0.55),

@@ -24,11 +24,11 @@ import networkx as nx
 
 from reqmodel.engines import liveness
 from reqmodel.model.actions import BY_NAME, Ctx, Event, Step, apply, initial_state, successors
-from reqmodel.model.properties import Property
+from reqmodel.model.properties import Every, Property
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import EVENT_NAMES, Scenario
 from reqmodel.model.state import State
-from reqmodel.engines.symmetry import canonical
+from reqmodel.engines.symmetry import canonical, ReprKey
 from reqmodel.model.properties import Kind
 
 
@@ -140,12 +140,21 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     graph_props = [p for p in applicable if p.kind.on_graph]
     classes = symmetry_classes(scenario, permute_requests=not graph_props)
     ranks, pranks = scenario.decode.ranks, scenario.prefill.ranks
-    canon = (lambda s: canonical(s, classes, ranks, pranks)) if symmetry else (lambda s: s)
+    key = ReprKey()
+    canon = (lambda s: canonical(s, classes, ranks, pranks, key)) if symmetry else (lambda s: s)
     intern = _Interner()
     t0 = time.perf_counter()
 
     state_props = [p for p in applicable if p.kind == Kind.ALWAYS and p.state]
     trans_props = [p for p in applicable if p.kind == Kind.ALWAYS and p.transition]
+    # a property over the step's events of some classes (``properties.Every``)
+    # is checked only on steps with such an event; the rest on every step
+    always_trans = [p for p in trans_props if not isinstance(p.transition, Every)]
+    by_event: Dict[type, List[Property]] = {}
+    for p in trans_props:
+        if isinstance(p.transition, Every):
+            for cls in p.transition.events:
+                by_event.setdefault(cls, []).append(p)
     reach_props = [p for p in applicable if p.kind == Kind.SOMETIMES]
     found: Dict[str, Tuple] = {}  # name -> ("state", id) | ("transition", u, step) | ("reached", id)
 
@@ -184,11 +193,20 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
             fired.add(step.action)
             if evs:
                 emitted.update(e.kind for e in evs)
-            for p in trans_props:
-                if p.name not in found and not p.holds_on(s, step, evs, nxt):
+            for p in always_trans:
+                if p.name not in found and not p.transition(s, step, evs, nxt):
                     found[p.name] = ("transition", u, step)
-            c = canon(nxt)
-            v = ids.get(c)
+            if evs:
+                for cls in {type(e) for e in evs}:
+                    for p in by_event.get(cls, ()):
+                        if p.name not in found and not p.transition(s, step, evs, nxt):
+                            found[p.name] = ("transition", u, step)
+            # a successor that is already a stored representative is its own
+            # canonical form (canonical forms are idempotent): no relabelling
+            v = ids.get(nxt)
+            if v is None:
+                c = canon(nxt)
+                v = ids.get(c)
             if v is None:
                 c = intern(c)
                 v = len(states)

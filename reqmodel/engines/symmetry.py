@@ -30,7 +30,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
-from reqmodel.model.state import D_TO_P, Msg, Page, State, replace
+from reqmodel.model.state import (D_TO_P, DecodeReq, DRoom, MetaSlot, Msg, Page, PrefillReq,
+                                  replace, Room, State)
 
 RANKED = D_TO_P + ("ack",)  # messages whose rank field names a decode rank
 DEST = ("metadata", "write", "stray")  # messages whose pages and slot name decode's pages and slots
@@ -72,29 +73,59 @@ def _request_signature(s: State, r: int) -> Tuple:
     )
 
 
-def _sort_key(x):
-    return repr(x)
+class ReprKey:
+    """``repr(x)`` of a state or of a nested tuple of the state's records,
+    assembled from memoised reprs of the records (attrs builds a record's
+    repr field by field in Python; a million states share a few thousand
+    records).  The string is exactly ``repr(x)`` (tests/test_explore.py), so
+    the order states are compared in, and so every stored representative, is
+    the one ``repr`` gives."""
+
+    def __init__(self) -> None:
+        self.memo: Dict[object, str] = {}
+
+    def __call__(self, x) -> str:
+        if type(x) is tuple:
+            if len(x) == 1:
+                return "(" + self(x[0]) + ",)"
+            return "(" + ", ".join([self(y) for y in x]) + ")"
+        if type(x) is State:
+            return "State(" + ", ".join([name + "=" + self(getattr(x, name))
+                                         for name in _STATE_FIELDS]) + ")"
+        if type(x) in _RECORDS:
+            got = self.memo.get(x)
+            if got is None:
+                got = self.memo[x] = repr(x)
+            return got
+        return repr(x)
 
 
-def canonical(s: State, classes: Tuple, ranks: int = 1, pranks: int = 1) -> State:
+_STATE_FIELDS = tuple(f.name for f in attrs.fields(State))
+_RECORDS = {PrefillReq, DecodeReq, Room, DRoom, Page, MetaSlot, Msg}
+
+
+def canonical(s: State, classes: Tuple, ranks: int = 1, pranks: int = 1,
+              key=None) -> State:
     """The representative of ``s``'s orbit under request, page and slot
     permutations (``_canonical``) and, with several decode (or prefill)
     ranks, under permutations of those ranks: the least (by ``repr``) of the
     canonical forms of every rank relabelling.  Rank relabelling commutes
     with the other permutations (they act on different fields), so this is
-    again a true canonical form."""
-    best = _canonical(s, classes)
+    again a true canonical form.  ``key`` is the ``repr`` to order by (a
+    ``ReprKey`` shared across calls is the fast one)."""
+    key = key or repr
+    best = _canonical(s, classes, key)
     if ranks < 2 and pranks < 2:
         return best
     relabel = permute_ranks if ranks >= 2 else permute_prefill_ranks
-    best_key = repr(best)
+    best_key = key(best)
     for perm in itertools.permutations(range(max(ranks, pranks))):
         if list(perm) == list(range(len(perm))):
             continue
-        cand = _canonical(relabel(s, perm), classes)
-        key = repr(cand)
-        if key < best_key:
-            best, best_key = cand, key
+        cand = _canonical(relabel(s, perm), classes, key)
+        cand_key = key(cand)
+        if cand_key < best_key:
+            best, best_key = cand, cand_key
     return best
 
 
@@ -139,7 +170,7 @@ def permute_ranks(s: State, perm: Sequence[int]) -> State:
     return replace(s, d=d, rooms=rooms, net=net, d_rooms=d_rooms)
 
 
-def _canonical(s: State, classes: Tuple) -> State:
+def _canonical(s: State, classes: Tuple, key=repr) -> State:
     """The representative of ``s``'s orbit.  ``classes[r]`` is request r's
     symmetry class (its prompt length): only requests of one class permute.
 
@@ -151,8 +182,8 @@ def _canonical(s: State, classes: Tuple) -> State:
     n = len(s.p)
     s = canonical_net_order(s)
     if len(set(classes)) == n:
-        return _relabel_pages_slots(s)
-    sigs = [_sort_key(_request_signature(s, r)) for r in range(n)]
+        return _relabel_pages_slots(s, key)
+    sigs = [key(_request_signature(s, r)) for r in range(n)]
     positions: Dict[int, List[int]] = {}
     for r in range(n):
         positions.setdefault(classes[r], []).append(r)
@@ -182,16 +213,16 @@ def _canonical(s: State, classes: Tuple) -> State:
             for new_pos, old in zip(pos, order):
                 pi[old] = new_pos
         cand = s if pi == list(range(n)) else _permute_requests(s, pi)
-        cand = _relabel_pages_slots(cand)
+        cand = _relabel_pages_slots(cand, key)
         if len(options) == 1:
             return cand
-        key = repr(cand)
-        if best_key is None or key < best_key:
-            best, best_key = cand, key
+        cand_key = key(cand)
+        if best_key is None or cand_key < best_key:
+            best, best_key = cand, cand_key
     return best
 
 
-def _relabel_pages_slots(s: State) -> State:
+def _relabel_pages_slots(s: State, key=repr) -> State:
     # pages: by first occurrence, then unreferenced pages by content
     page_map: Dict[int, int] = {}
     for d in s.d:
@@ -221,7 +252,7 @@ def _relabel_pages_slots(s: State) -> State:
         if m.kind in DEST and m.slot >= 0:
             slot_map.setdefault(m.slot, len(slot_map))
     rest = [i for i in range(len(s.d_slots)) if i not in slot_map]
-    rest.sort(key=lambda i: _sort_key(s.d_slots[i]))
+    rest.sort(key=lambda i: key(s.d_slots[i]))
     for i in rest:
         slot_map[i] = len(slot_map)
     if any(k != v for k, v in page_map.items()) or any(k != v for k, v in slot_map.items()):

@@ -110,12 +110,30 @@ def _events(evs, cls):
     return (e for e in evs if isinstance(e, cls))
 
 
+@attrs.frozen
+class Every:
+    """A transition predicate that asks something of each of the step's events
+    of some classes: ``check(event, pre, post)`` for every such event.  A step
+    without one holds trivially, so an engine may skip the check on it (the
+    explorer indexes transition properties by ``events``)."""
+
+    events: Tuple[type, ...]
+    check: Callable[[Event, State, State], bool]
+
+    def __call__(self, pre: State, step: Step, evs, post: State) -> bool:
+        return all(self.check(e, pre, post) for e in evs if isinstance(e, self.events))
+
+
+def every(events, check) -> Every:
+    return Every(events if isinstance(events, tuple) else (events,), check)
+
+
 # ------------------------------------------------------------------ safety
 
 prop(
     name="no-foreign-kv-read", kind="always", ref="I1",
     text="Decode never attends over a page of its handoff range that another request wrote last.",
-    transition=lambda pre, step, evs, post: not any(e.foreign for e in _events(evs, ev.Read)),
+    transition=every(ev.Read, lambda e, pre, post: not e.foreign),
 )
 
 
@@ -154,37 +172,28 @@ prop(
 prop(
     name="no-late-result-side-effects", kind="always", ref="I4",
     text="A prefill result that arrives after its request was retired sends, queues, caches and releases nothing.",
-    transition=lambda pre, step, evs, post: not any(_events(evs, ev.LateEffect)),
+    transition=every(ev.LateEffect, lambda e, pre, post: False),
 )
 
 prop(
     name="abort-is-terminal", kind="always", ref="I5",
     text="An aborted request is never requeued for more prefill work.",
-    transition=lambda pre, step, evs, post: not any(
-        g.is_aborted(pre.p[e.rid]) for e in _events(evs, ev.Requeue)),
+    transition=every(ev.Requeue, lambda e, pre, post: not g.is_aborted(pre.p[e.rid])),
 )
 
 
-def _reject_acquires_nothing(pre, step, evs, post) -> bool:
-    for e in _events(evs, ev.Acquire):
-        side = pre.p[e.rid] if e.side == "prefill" else pre.d[e.rid]
-        if side.rejected:
-            return False
-    for e in _events(evs, ev.Prealloc):
-        if pre.d[e.rid].rejected:
-            return False
-    return True
+def _acquirer_not_rejected(e, pre, post) -> bool:
+    side = pre.p[e.rid] if isinstance(e, ev.Acquire) and e.side == "prefill" else pre.d[e.rid]
+    return not side.rejected
 
 
 prop(
     name="reject-acquires-nothing", kind="always", ref="I6",
     text="A request rejected at a worker's intake acquires no sender, receiver, metadata buffer, KV or forward pass there.",
-    transition=_reject_acquires_nothing,
+    transition=every((ev.Acquire, ev.Prealloc), _acquirer_not_rejected),
 )
 
 
-def _never_released_unheld(pre, step, evs, post) -> bool:
-    return not any(not e.held for e in _events(evs, ev.Release))
 
 
 def _nothing_left_behind(s: State) -> bool:
@@ -200,52 +209,46 @@ def _nothing_left_behind(s: State) -> bool:
 prop(
     name="release-exactly-once", kind="always", ref="I11",
     text="KV, Mamba, metadata buffers and cache ownership are released exactly once: never on a non-holder, never left behind by a finished request.",
-    state=_nothing_left_behind, transition=_never_released_unheld,
+    state=_nothing_left_behind, transition=every(ev.Release, lambda e, pre, post: e.held),
 )
 
 
-def _cleanup_ran(pre, step, evs, post) -> bool:
-    for e in _events(evs, ev.DoorRetire):
-        req = post.p[e.rid] if e.side == "prefill" else post.d[e.rid]
-        if (req.session_slot or req.cache_handle or req.to_finish is not None
-                or req.finished_reason is None or req.answer is None):
-            return False
-    return True
+def _cleanup_ran(e, pre, post) -> bool:
+    req = post.p[e.rid] if e.side == "prefill" else post.d[e.rid]
+    return not (req.session_slot or req.cache_handle or req.to_finish is not None
+                or req.finished_reason is None or req.answer is None)
 
 
 prop(
     name="early-retire-runs-cleanup", kind="always", ref="I12",
     text="A door retire releases the conversation slot and cache handle, promotes the verdict and answers the client.",
-    transition=_cleanup_ran, applies=_has_door,
+    transition=every(ev.DoorRetire, _cleanup_ran), applies=_has_door,
 )
 
 prop(
     name="reentry-not-retired", kind="always", ref="I13",
     text="A re-entering request (retracted, or owning KV, metadata or a host backup) is never retired at a door.",
-    transition=lambda pre, step, evs, post: not any(e.reentering for e in _events(evs, ev.DoorRetire)),
+    transition=every(ev.DoorRetire, lambda e, pre, post: not e.reentering),
     applies=_has_door,
 )
 
 prop(
     name="aborted-not-preallocated", kind="always", ref="I16",
     text="Decode never preallocates pages for a request that is already aborted.",
-    transition=lambda pre, step, evs, post: not any(e.aborted for e in _events(evs, ev.Prealloc)),
+    transition=every(ev.Prealloc, lambda e, pre, post: not e.aborted),
 )
 
 # ------------------------------------------- lifetime and ownership (#3)
 
 
-def _no_write_into_reused_page(pre, step, evs, post) -> bool:
-    for e in _events(evs, ev.Write):
-        if any(pre.d_pages[pg].owner not in (None, e.rid) for pg in e.pages):
-            return False
-    return True
+def _no_write_into_reused_page(e, pre, post) -> bool:
+    return all(pre.d_pages[pg].owner in (None, e.rid) for pg in e.pages)
 
 
 prop(
     name="no-reuse-during-inflight-write", kind="always", ref="#3",
     text="A KV chunk in flight never lands in a decode page that has since been handed to another request.",
-    transition=_no_write_into_reused_page,
+    transition=every(ev.Write, _no_write_into_reused_page),
 )
 
 
@@ -266,23 +269,18 @@ prop(
 )
 
 
-def _commits_own_metadata(pre, step, evs, post) -> bool:
-    for e in _events(evs, ev.Commit):
-        req = pre.d[e.rid]
-        slot = pre.d_slots[req.meta_slot]
-        if slot.room != e.room or slot.covered_pages < req.reserved_pages:
-            return False
-    return True
+def _commits_own_metadata(e, pre, post) -> bool:
+    req = pre.d[e.rid]
+    slot = pre.d_slots[req.meta_slot]
+    return slot.room == e.room and slot.covered_pages >= req.reserved_pages
 
 
 prop(
     name="metadata-integrity", kind="always", ref="#3",
     text="Decode commits a transfer only on metadata its own room wrote, covering every page it reserved.",
-    transition=_commits_own_metadata,
+    transition=every(ev.Commit, _commits_own_metadata),
 )
 
-def _commits_on_own_transfer(pre, step, evs, post) -> bool:
-    return all(e.own_reports() >= e.ranks for e in _events(evs, ev.Commit))
 
 
 prop(
@@ -290,12 +288,10 @@ prop(
     text="Decode commits a transfer only once every prefill rank has reported Success for that "
          "request's own transfer (a Success left over from an earlier request of the same "
          "bootstrap_room does not count).",
-    transition=_commits_on_own_transfer,
+    transition=every(ev.Commit, lambda e, pre, post: e.own_reports() >= e.ranks),
 )
 
 
-def _no_decode_popped_poll(pre, step, evs, post) -> bool:
-    return not any(e.side == "decode" and e.call == "check_status" for e in _events(evs, ev.Crash))
 
 
 prop(
@@ -303,7 +299,8 @@ prop(
     text="Decode never polls a receiver whose request_status entry another request of the "
          "same bootstrap_room has popped (check_status raises KeyError in the scheduler loop). "
          "One case of no-scheduler-crash: the decode side's check_status crash.",
-    transition=_no_decode_popped_poll,
+    transition=every(ev.Crash, lambda e, pre, post: not (e.side == "decode"
+                                                          and e.call == "check_status")),
 )
 
 prop(
@@ -312,19 +309,17 @@ prop(
          "another request popped (check_status KeyError, on decode and, up to 0.5.22, on "
          "prefill), no release_kv_cache on a request holding no KV without a Mamba-capable "
          "tree cache (AssertionError). Covers no-poll-of-popped-room.",
-    transition=lambda pre, step, evs, post: not any(_events(evs, ev.Crash)),
+    transition=every(ev.Crash, lambda e, pre, post: False),
 )
 
 
-def _acks_release_their_own_hold(pre, step, evs, post) -> bool:
-    return all(e.origins == (e.rid,) for e in _events(evs, ev.AckRelease))
 
 
 prop(
     name="ack-belongs-to-its-hold", kind="always", ref="#3",
     text="A held decode request lets its pages go on drain acks only when each ack answers its "
          "own ABORT, not that of another request that used the same bootstrap_room.",
-    transition=_acks_release_their_own_hold,
+    transition=every(ev.AckRelease, lambda e, pre, post: e.origins == (e.rid,)),
 )
 
 

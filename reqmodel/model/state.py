@@ -397,19 +397,36 @@ class State:
         return tuple(m for m in self.net if m.kind == kind and self.room_slots[m.rid] == k)
 
 
-_FIELDS: Dict[type, Tuple[str, ...]] = {}
+_REPLACERS: Dict[type, object] = {}
+
+
+def _replacer(cls):
+    """A copy-with-changes function for one class, generated from its attrs
+    fields: each field is read directly (``obj.stage``), not through the
+    generic ``getattr`` loop of ``attrs.evolve``.  The explorer builds every
+    successor state through these (notes/performance.md)."""
+    names = tuple(f.name for f in attrs.fields(cls))
+    args = ", ".join(f"ch.pop({n!r}) if {n!r} in ch else obj.{n}" for n in names)
+    src = (f"def replace_{cls.__name__}(obj, ch):\n"
+           f"    new = cls({args})\n"
+           f"    if ch:\n"
+           f"        raise TypeError(f'{cls.__name__} has no field {{sorted(ch)[0]!r}}')\n"
+           f"    return new\n")
+    scope = {"cls": cls}
+    exec(compile(src, f"<replace {cls.__name__}>", "exec"), scope)
+    return scope[f"replace_{cls.__name__}"]
 
 
 def replace(obj, **changes):
     """``attrs.evolve`` for the state's frozen classes, without its generic
     per-call introspection (the explorer calls it millions of times)."""
     cls = type(obj)
-    names = _FIELDS.get(cls)
-    if names is None:
+    fn = _REPLACERS.get(cls)
+    if fn is None:
         # a subclass may bring its own copy (the Z3 engine's symbolic values
         # copy their raw, unread fields); the model knows no engine
         own = cls.__dict__.get("replace_fields")
         if own is not None:
             return own(obj, changes)
-        names = _FIELDS[cls] = tuple(f.name for f in attrs.fields(cls))
-    return cls(*[changes[n] if n in changes else getattr(obj, n) for n in names])
+        fn = _REPLACERS[cls] = _replacer(cls)
+    return fn(obj, changes)

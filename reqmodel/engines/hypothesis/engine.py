@@ -200,10 +200,12 @@ def machine(release: Release, scenario, props: Sequence[Property],
             return {}
         key = (id(self.state), len(self.steps))
         if self._enabled_for != key:
-            ctx, n, t = self.ctx, self.n, len(self.steps)
-            full = {a.name: [r for r in range(n) if a.enabled(ctx, self.state, r)
-                             and (a.event_flag is None or (a.name, r) in self._timers)]
-                    for a in ACTIONS}
+            ctx, t = self.ctx, len(self.steps)
+            full: Dict[str, List[int]] = {a.name: [] for a in ACTIONS}
+            timers, state = self._timers, self.state
+            for a, r in ctx.candidates:  # the scenario's event flags already checked
+                if (a.event_flag is None or (a.name, r) in timers) and a.guard(ctx, state, r):
+                    full[a.name].append(r)
             due = {k: [r for r in v if self._due(k, r)] for k, v in full.items()
                    if k in EVENT_ACTIONS}
             if any(due.values()):

@@ -19,6 +19,21 @@ from reqmodel.model.state import (DecodeReq, DRoom, Finish, MetaSlot, Page, Pref
 class Ctx:
     release: Release
     scenario: Scenario
+    # (action, request) pairs whose scenario event flag is on, in registry
+    # order: filled on first use (``candidates``), after every action has
+    # registered; the guards are evaluated only on these
+    _candidates: Optional[Tuple[Tuple["Action", int], ...]] = attrs.field(
+        default=None, init=False, eq=False, repr=False)
+
+    @property
+    def candidates(self) -> Tuple[Tuple["Action", int], ...]:
+        got = self._candidates
+        if got is None:
+            events = self.scenario.events
+            got = tuple((a, r) for a in ACTIONS for r in range(self.scenario.n)
+                        if not a.event_flag or events.on(a.event_flag, r))
+            object.__setattr__(self, "_candidates", got)
+        return got
 
     @property
     def deferred(self) -> bool:
@@ -179,10 +194,9 @@ def successors(ctx: Ctx, s: State, max_choices: Optional[int] = None
 
 def enabled(ctx: Ctx, s: State) -> Iterable[Tuple[Action, int]]:
     """Every (action, request) whose guard holds in ``s``, in registry order."""
-    for a in ACTIONS:
-        for r in range(ctx.scenario.n):
-            if a.enabled(ctx, s, r):
-                yield a, r
+    for a, r in ctx.candidates:  # the event flags are checked once per context
+        if a.guard(ctx, s, r):
+            yield a, r
 
 
 def apply(ctx: Ctx, s: State, step: Step) -> Optional[Tuple[State, Tuple[Event, ...]]]:
