@@ -41,7 +41,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, invariant, precondition,
 from reqmodel.engines.hypothesis import shim
 from reqmodel.model.actions import ACTIONS, BY_NAME, PRANK_ARG, Ctx, Step, apply, initial_state, successors
 from reqmodel.engines.exhaustive import Trace, Verdict, replay, symmetry_classes
-from reqmodel.engines.symmetry import canonical
+from reqmodel.engines.symmetry import canonical, ReprKey
 from reqmodel.model.properties import Property
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import (EVENT_NAMES, MAX_DECODE_RANKS, MAX_PREFILL_RANKS, MAX_REQUESTS, Events,
@@ -557,9 +557,10 @@ def _shortest_hit(ctx: Ctx, prop: Property, s0, max_len: int,
     if _symmetric_search(ctx):
         classes = symmetry_classes(ctx.scenario)
         ranks, pranks = ctx.scenario.decode.ranks, ctx.scenario.prefill.ranks
+        order = ReprKey()  # memoised record reprs, shared by the whole search
 
         def key(x):
-            return canonical(x, classes, ranks, pranks)
+            return canonical(x, classes, ranks, pranks, order)
     else:
         def key(x):
             return x
