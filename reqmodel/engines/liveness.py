@@ -36,6 +36,9 @@ class Edges:
     mine: bytearray = attrs.field(factory=bytearray)  # per edge: a step of the deployment's own
     instances: List[Tuple[str, int]] = attrs.field(factory=list)
     ids: Dict[Tuple[str, int], int] = attrs.field(factory=dict)
+    # ``_untimed`` of the finished graph, shared by the properties that ask
+    untimed: Optional[Tuple[int, Tuple[List[int], List[int]]]] = attrs.field(
+        default=None, init=False, repr=False)
 
     def add(self, u: int, v: int, step: Step, own: bool) -> None:
         key = (step.action, step.rid)
@@ -73,6 +76,8 @@ def _untimed(n: int, edges: Edges) -> Tuple[List[int], List[int]]:
     timeout.  A timeout fires only after minutes without progress, so a
     state reached through one is already a client's wait; the properties
     ask about the states before any."""
+    if edges.untimed is not None and edges.untimed[0] == len(edges.src):
+        return edges.untimed[1]
     timed = [BY_NAME[name].timeout is not None for name, _ in edges.instances]
     adj: List[List[int]] = [[] for _ in range(n)]
     for u, v, i in zip(edges.src, edges.dst, edges.inst):
@@ -86,6 +91,7 @@ def _untimed(n: int, edges: Edges) -> Tuple[List[int], List[int]]:
             if parent[v] == -2:
                 parent[v] = u
                 order.append(v)
+    edges.untimed = (len(edges.src), (order, parent))
     return order, parent
 
 

@@ -34,6 +34,8 @@ def _chunk_next(s: State, r: int, q: int) -> bool:
 
 def _queued_ranks(c, s, r):
     """Prefill ranks whose worker can take r's chunk (``_chunk_next``)."""
+    if not s.net:
+        return []
     return [q for q in pranks(c) if _chunk_next(s, r, q)]
 
 

@@ -8,9 +8,10 @@ Releases differ only through ``ctx.release``; docstrings cite the SGLang
 code per release (``a/b/c/d/e`` = lines in 0.5.19/20/21/22/23)."""
 from __future__ import annotations
 
+import functools
 from typing import Iterable, List, Optional, Tuple
 
-from reqmodel.model.actions.core import Ctx, pranks
+from reqmodel.model.actions.core import Ctx
 from reqmodel.model.state import D_TO_P, Msg, replace, State
 
 
@@ -73,10 +74,17 @@ def channels(c: Ctx) -> Tuple[Tuple[int, int], ...]:
     """The (decode rank, prefill rank) pairs that talk: every pair (one side
     has a single rank), each a bootstrap connection of the receiver
     (``bootstrap_infos``)."""
-    return tuple((k, q) for k in range(c.scenario.decode.ranks) for q in pranks(c))
+    return _pairs(c.scenario.decode.ranks, c.scenario.prefill.ranks)
+
+
+@functools.lru_cache(maxsize=None)
+def _pairs(ranks: int, pranks: int) -> Tuple[Tuple[int, int], ...]:
+    return tuple((k, q) for k in range(ranks) for q in range(pranks))
 
 
 def d_to_p_channels(c: Ctx, s: State, r: int, kind: str) -> Tuple[Tuple[int, int], ...]:
+    if not s.net:
+        return ()
     return tuple((k, q) for k, q in channels(c)
                  if (m := next_d_to_p(c, s, r, k, q)) is not None and m.kind == kind)
 
