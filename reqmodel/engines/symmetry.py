@@ -19,9 +19,14 @@ rooms, keyed by their first user, move with the requests that own them.
 ``canonical(s)`` applies a permutation of each kind chosen from the state's
 own content, so it maps a state to an isomorphic state; every state the
 checker stores is a real state of the model, and properties (symmetric by
-construction) give the same verdict on both.  The choice is not guaranteed
-to be the unique minimum of the orbit (ties between requests are broken by
-position), which only costs merges, never soundness.  See notes/design.md.
+construction) give the same verdict on both.  Requests whose signatures tie
+are tried in every order, and ranks in every relabelling, and the least
+candidate by ``repr`` is kept, so the choice depends only on the orbit and a
+stored representative is its own canonical form: the explorer looks a
+successor up before canonicalising it (were a form ever not a fixed point,
+that lookup would still map a state to an isomorphic one: another count, never
+unsoundness).  ``ReprKey`` gives the same ``repr`` from memoised parts.  See
+notes/design.md.
 """
 from __future__ import annotations
 
