@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -103,6 +104,16 @@ def main() -> None:
     names = scenario.builtin_names() if args.scenario == "all" else args.scenario.split(",")
     rels = list(releases.RELEASES) if args.release == "all" else args.release.split(",")
     base = _checkout(args.baseline) if args.baseline else None
+    try:
+        rows = _measure(names, rels, base, args)
+    finally:
+        if base:
+            shutil.rmtree(base, ignore_errors=True)
+    if args.markdown:
+        _markdown(rows, base, args)
+
+
+def _measure(names, rels, base, args):
     rows = []
     for name in names:
         for rel in rels:
@@ -121,32 +132,35 @@ def main() -> None:
             rows.append(row)
             if not args.markdown:
                 print(json.dumps({k: v for k, v in row.items() if k != "verdicts"}), flush=True)
-    if args.markdown:
-        print(f"Machine: {platform.machine()}, Python {platform.python_version()}, "
-              f"graph {'off' if args.no_graph else 'on'}, "
-              f"liveness {'off' if args.no_liveness else 'on'}, best of {args.repeat}\n")
-        if base:
-            print(f"| scenario | release | distinct states | edges | states/CPU s ({args.baseline}) "
-                  "| states/CPU s (now) | speed-up | same states, edges, verdicts | "
-                  "peak RSS MB (before / now) |")
-            print("|---|---|---:|---:|---:|---:|---:|---|---:|")
-            for r in rows:
-                b = r["baseline"]
-                print(f"| {r['scenario']} | {r['release']} | {r['states']:,} | {r['edges']:,} | "
-                      f"{b['states_per_cpu_s']:,} | {r['states_per_cpu_s']:,} | "
-                      f"{r['speedup']}x | {'yes' if r['same'] else 'NO'} | "
-                      f"{b['peak_rss_mb']} / {r['peak_rss_mb']} |")
-        else:
-            print("| scenario | release | distinct states | edges | depth | wall s | "
-                  "states/CPU s | peak RSS MB |")
-            print("|---|---|---:|---:|---:|---:|---:|---:|")
-            for r in rows:
-                print(f"| {r['scenario']} | {r['release']} | {r['states']:,} | {r['edges']:,} | "
-                      f"{r['depth']} | {r['seconds']:.2f} | {r['states_per_cpu_s']:,} | "
-                      f"{r['peak_rss_mb']} |")
-            total = sum(r["seconds"] for r in rows if r["scenario"] == "incident")
-            if total:
-                print(f"\nDefault scenario (incident), all releases: {total:.2f} s in total.")
+    return rows
+
+
+def _markdown(rows, base, args) -> None:
+    print(f"Machine: {platform.machine()}, Python {platform.python_version()}, "
+          f"graph {'off' if args.no_graph else 'on'}, "
+          f"liveness {'off' if args.no_liveness else 'on'}, best of {args.repeat}\n")
+    if base:
+        print(f"| scenario | release | distinct states | edges | states/CPU s ({args.baseline}) "
+              "| states/CPU s (now) | speed-up | same states, edges, verdicts | "
+              "peak RSS MB (before / now) |")
+        print("|---|---|---:|---:|---:|---:|---:|---|---:|")
+        for r in rows:
+            b = r["baseline"]
+            print(f"| {r['scenario']} | {r['release']} | {r['states']:,} | {r['edges']:,} | "
+                  f"{b['states_per_cpu_s']:,} | {r['states_per_cpu_s']:,} | "
+                  f"{r['speedup']}x | {'yes' if r['same'] else 'NO'} | "
+                  f"{b['peak_rss_mb']} / {r['peak_rss_mb']} |")
+    else:
+        print("| scenario | release | distinct states | edges | depth | wall s | "
+              "states/CPU s | peak RSS MB |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print(f"| {r['scenario']} | {r['release']} | {r['states']:,} | {r['edges']:,} | "
+                  f"{r['depth']} | {r['seconds']:.2f} | {r['states_per_cpu_s']:,} | "
+                  f"{r['peak_rss_mb']} |")
+        total = sum(r["seconds"] for r in rows if r["scenario"] == "incident")
+        if total:
+            print(f"\nDefault scenario (incident), all releases: {total:.2f} s in total.")
 
 
 if __name__ == "__main__":

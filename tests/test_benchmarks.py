@@ -1,0 +1,27 @@
+"""The benchmark scripts run, and the side-by-side mode compares like with
+like (what they measure is reported in notes/performance.md, never asserted
+here: timings are not tests)."""
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(),
+                    reason="the baseline is checked out with git archive")
+def test_bench_explore_side_by_side_finds_the_same_states_and_verdicts():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_explore.py"),
+                          "--scenario", "decode-reject,incident", "--release", "0.5.19",
+                          "--baseline", "HEAD", "--no-graph"],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["scenario"] for r in rows] == ["decode-reject", "incident"]
+    for r in rows:
+        assert r["same"] is True
+        assert r["baseline"]["states"] == r["states"] > 0
+        assert r["states_per_cpu_s"] > 0 and r["speedup"] > 0
