@@ -193,14 +193,11 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
             fired.add(step.action)
             if evs:
                 emitted.update(e.kind for e in evs)
-            for p in always_trans:
+            checks = always_trans if not evs else always_trans + [
+                p for cls in {type(e) for e in evs} for p in by_event.get(cls, ())]
+            for p in checks:
                 if p.name not in found and not p.transition(s, step, evs, nxt):
                     found[p.name] = ("transition", u, step)
-            if evs:
-                for cls in {type(e) for e in evs}:
-                    for p in by_event.get(cls, ()):
-                        if p.name not in found and not p.transition(s, step, evs, nxt):
-                            found[p.name] = ("transition", u, step)
             # a successor that is already a stored representative is its own
             # canonical form (canonical forms are idempotent): no relabelling
             v = ids.get(nxt)

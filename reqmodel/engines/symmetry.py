@@ -110,7 +110,7 @@ _RECORDS = {PrefillReq, DecodeReq, Room, DRoom, Page, MetaSlot, Msg}
 
 
 def canonical(s: State, classes: Tuple, ranks: int = 1, pranks: int = 1,
-              key=None) -> State:
+              key=repr) -> State:
     """The representative of ``s``'s orbit under request, page and slot
     permutations (``_canonical``) and, with several decode (or prefill)
     ranks, under permutations of those ranks: the least (by ``repr``) of the
@@ -118,7 +118,6 @@ def canonical(s: State, classes: Tuple, ranks: int = 1, pranks: int = 1,
     with the other permutations (they act on different fields), so this is
     again a true canonical form.  ``key`` is the ``repr`` to order by (a
     ``ReprKey`` shared across calls is the fast one)."""
-    key = key or repr
     best = _canonical(s, classes, key)
     if ranks < 2 and pranks < 2:
         return best

@@ -105,11 +105,6 @@ def _has_door(rel: Release, sc: Scenario) -> bool:
                 and rel.decode_door is g.decode_door_admit_all)
 
 
-def _events(evs, cls):
-    """The step's events of one class."""
-    return (e for e in evs if isinstance(e, cls))
-
-
 @attrs.frozen
 class Every:
     """A transition predicate that asks something of each of the step's events
@@ -192,8 +187,6 @@ prop(
     text="A request rejected at a worker's intake acquires no sender, receiver, metadata buffer, KV or forward pass there.",
     transition=every((ev.Acquire, ev.Prealloc), _acquirer_not_rejected),
 )
-
-
 
 
 def _nothing_left_behind(s: State) -> bool:
@@ -282,7 +275,6 @@ prop(
 )
 
 
-
 prop(
     name="commit-after-all-ranks", kind="always", ref="#3",
     text="Decode commits a transfer only once every prefill rank has reported Success for that "
@@ -290,8 +282,6 @@ prop(
          "bootstrap_room does not count).",
     transition=every(ev.Commit, lambda e, pre, post: e.own_reports() >= e.ranks),
 )
-
-
 
 
 prop(
@@ -311,8 +301,6 @@ prop(
          "tree cache (AssertionError). Covers no-poll-of-popped-room.",
     transition=every(ev.Crash, lambda e, pre, post: False),
 )
-
-
 
 
 prop(

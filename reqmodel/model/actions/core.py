@@ -29,9 +29,8 @@ class Ctx:
     def candidates(self) -> Tuple[Tuple["Action", int], ...]:
         got = self._candidates
         if got is None:
-            events = self.scenario.events
             got = tuple((a, r) for a in ACTIONS for r in range(self.scenario.n)
-                        if not a.event_flag or events.on(a.event_flag, r))
+                        if a.allowed(self.scenario, r))
             object.__setattr__(self, "_candidates", got)
         return got
 
@@ -91,10 +90,13 @@ class Action:
         progress, not one the environment chooses."""
         return not self.environment or (self.follows is not None and self.follows(ctx, s, rid))
 
+    def allowed(self, sc: Scenario, rid: int) -> bool:
+        """The scenario lets this action happen to request ``rid`` at all (its
+        ``[events]`` flag, if it has one, is on for the request)."""
+        return not self.event_flag or sc.events.on(self.event_flag, rid)
+
     def enabled(self, ctx: Ctx, s: State, rid: int) -> bool:
-        if self.event_flag and not ctx.scenario.events.on(self.event_flag, rid):
-            return False
-        return self.guard(ctx, s, rid)
+        return self.allowed(ctx.scenario, rid) and self.guard(ctx, s, rid)
 
     def args(self, ctx: Ctx, s: State, rid: int) -> Iterable[Tuple]:
         return self.choices(ctx, s, rid) if self.choices else ((),)
