@@ -11,11 +11,17 @@ Each (scenario, release) runs in its own process so that peak RSS
     # today's engine against revision REV, in the same run, on the same machine:
     python benchmarks/bench_explore.py --scenario optimistic-abort-unit,prefill-tp \\
         --release 0.5.19 --baseline REV --repeat 3 --markdown
+    # one process against N worker processes (engines.parallel), wall time:
+    python benchmarks/bench_explore.py --scenario optimistic-abort-unit --release 0.5.19 \\
+        --workers 2 --repeat 3 --markdown
 
 With ``--baseline`` the revision is checked out into a temporary directory
 (``git archive``) and each run alternates between the two trees, so that the
 machine's load falls on both alike; the rows say whether the two found the
-same states, edges and verdicts.
+same states, edges and verdicts.  With ``--workers N`` each cell runs in one
+process and over N workers, alternating; the graph is off (the parallel
+engine keeps none), CPU time includes the workers', and the rows give the
+wall-time speed-up.
 """
 from __future__ import annotations
 
@@ -34,7 +40,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def one(release: str, scenario_name: str, graph: bool, liveness: bool = True) -> dict:
+def one(release: str, scenario_name: str, graph: bool, liveness: bool = True,
+        workers: int = 1) -> dict:
     from reqmodel.engines import exhaustive as explore
     from reqmodel.model import properties
     from reqmodel.model import releases
@@ -42,8 +49,12 @@ def one(release: str, scenario_name: str, graph: bool, liveness: bool = True) ->
     sc = scenario.builtin(scenario_name)
     t0, c0 = time.perf_counter(), time.process_time()
     props = [p for p in properties.select([]) if liveness or not p.kind.on_graph]
-    ex = explore.explore(releases.get(release), sc, props, stop_early=False, keep_graph=graph)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    more = {"workers": workers} if workers > 1 else {}  # a baseline may not know the option
+    ex = explore.explore(releases.get(release), sc, props, stop_early=False, keep_graph=graph,
+                         **more)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0 + children.ru_utime + children.ru_stime
     verdicts = {n: [v.verdict, v.trace_length] for n, v in sorted(ex.verdicts.items())}
     return {"scenario": scenario_name, "release": release, "states": ex.states,
             "edges": ex.edges, "depth": ex.depth, "seconds": round(wall, 3),
@@ -51,12 +62,14 @@ def one(release: str, scenario_name: str, graph: bool, liveness: bool = True) ->
             "states_per_s": round(ex.states / wall) if wall else None,
             "states_per_cpu_s": round(ex.states / cpu) if cpu else None,
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            "graph": graph, "liveness": liveness, "verdicts": verdicts}
+            "workers_peak_rss_mb": round(children.ru_maxrss / 1024, 1) if workers > 1 else None,
+            "graph": graph, "liveness": liveness, "workers": workers, "verdicts": verdicts}
 
 
-def _run(tree: str, rel: str, name: str, args) -> dict:
-    cmd = [sys.executable, os.path.join(HERE, "bench_explore.py"), "--one", rel, name]
-    if args.no_graph:
+def _run(tree: str, rel: str, name: str, args, workers: int = 1) -> dict:
+    cmd = [sys.executable, os.path.join(HERE, "bench_explore.py"), "--one", rel, name,
+           "--workers", str(workers)]
+    if args.no_graph or args.workers > 1:
         cmd.append("--no-graph")
     if args.no_liveness:
         cmd.append("--no-liveness")
@@ -91,18 +104,22 @@ def main() -> None:
                     help="also measure the engine of git revision REV, alternating runs")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per tree and cell; the least CPU time is reported")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="also run each cell over this many worker processes, alternating")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--one", nargs=2, metavar=("RELEASE", "SCENARIO"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(one(args.one[0], args.one[1], not args.no_graph,
-                             not args.no_liveness)))
+                             not args.no_liveness, args.workers)))
         return
     sys.path.insert(0, ROOT)
     from reqmodel.model import releases
     from reqmodel.model import scenario
     names = scenario.builtin_names() if args.scenario == "all" else args.scenario.split(",")
     rels = list(releases.RELEASES) if args.release == "all" else args.release.split(",")
+    if args.baseline and args.workers > 1:
+        ap.error("--baseline and --workers measure different things: give one")
     base = _checkout(args.baseline) if args.baseline else None
     try:
         rows = _measure(names, rels, base, args)
@@ -117,12 +134,21 @@ def _measure(names, rels, base, args):
     rows = []
     for name in names:
         for rel in rels:
-            now, before = [], []
+            now, before, par = [], [], []
             for _ in range(args.repeat):
                 now.append(_run(ROOT, rel, name, args))
                 if base:
                     before.append(_run(base, rel, name, args))
+                if args.workers > 1:
+                    par.append(_run(ROOT, rel, name, args, args.workers))
             row = _best(now)
+            if par:
+                p = min(par, key=lambda r: r["seconds"])
+                row["seconds"] = min(r["seconds"] for r in now)
+                row["parallel"] = {k: p[k] for k in ("seconds", "cpu_seconds", "peak_rss_mb",
+                                                     "workers_peak_rss_mb")}
+                row["same"] = all(p[k] == row[k] for k in ("states", "edges", "depth", "verdicts"))
+                row["speedup"] = round(row["seconds"] / p["seconds"], 2)
             if base:
                 b = _best(before)
                 row["baseline"] = {k: b[k] for k in ("states", "edges", "cpu_seconds",
@@ -139,7 +165,18 @@ def _markdown(rows, base, args) -> None:
     print(f"Machine: {platform.machine()}, Python {platform.python_version()}, "
           f"graph {'off' if args.no_graph else 'on'}, "
           f"liveness {'off' if args.no_liveness else 'on'}, best of {args.repeat}\n")
-    if base:
+    if args.workers > 1:
+        print(f"| scenario | release | distinct states | wall s (1 process) | "
+              f"wall s ({args.workers} workers) | wall speed-up | CPU s (1 / {args.workers}) | "
+              "same states, edges, verdicts | peak RSS MB (1 / coordinator / a worker) |")
+        print("|---|---|---:|---:|---:|---:|---:|---|---:|")
+        for r in rows:
+            p = r["parallel"]
+            print(f"| {r['scenario']} | {r['release']} | {r['states']:,} | {r['seconds']:.2f} | "
+                  f"{p['seconds']:.2f} | {r['speedup']}x | {r['cpu_seconds']:.1f} / "
+                  f"{p['cpu_seconds']:.1f} | {'yes' if r['same'] else 'NO'} | "
+                  f"{r['peak_rss_mb']} / {p['peak_rss_mb']} / {p['workers_peak_rss_mb']} |")
+    elif base:
         print(f"| scenario | release | distinct states | edges | states/CPU s ({args.baseline}) "
               "| states/CPU s (now) | speed-up | same states, edges, verdicts | "
               "peak RSS MB (before / now) |")

@@ -25,3 +25,12 @@ def test_bench_explore_side_by_side_finds_the_same_states_and_verdicts():
         assert r["same"] is True
         assert r["baseline"]["states"] == r["states"] > 0
         assert r["states_per_cpu_s"] > 0 and r["speedup"] > 0
+
+
+def test_bench_explore_with_workers_finds_the_same_states_and_verdicts():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_explore.py"),
+                          "--scenario", "incident", "--release", "0.5.21", "--workers", "2"],
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    (row,) = [json.loads(line) for line in out.stdout.splitlines()]
+    assert row["same"] is True and row["states"] == 441
+    assert row["parallel"]["seconds"] > 0 and row["speedup"] > 0

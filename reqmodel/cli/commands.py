@@ -19,6 +19,7 @@ from reqmodel.model import properties as props_mod
 from reqmodel.model import releases as rel_mod
 from reqmodel.model import scenario as sc_mod
 from reqmodel.engines.base import ENGINES, EngineInputError, NetBoundError, run
+from reqmodel.engines import parallel
 from reqmodel.engines.exhaustive import BoundExceeded, DEFAULT_MAX_STATES
 from reqmodel.traces.itf import TraceFileError
 
@@ -111,9 +112,12 @@ def _cell(r) -> str:
               help="Also write the shortest path of each reachability property.")
 @click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES,
               show_default=True, help="Refuse scenarios with more distinct states than this.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="exhaustive: worker processes for a large search (default: "
+                   "$REQMODEL_WORKERS, else every core); the answer is the same.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3_seconds, max_net,
-          hprofile, out, witnesses, max_states, as_json) -> None:
+          hprofile, out, witnesses, max_states, workers, as_json) -> None:
     """Check properties on releases and scenarios; write counterexamples.
 
     Exit status 0 when the check ran, whatever the verdicts; 2 on bad input.
@@ -123,6 +127,13 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
         raise UserError("--release names no release")
     if engine != "z3" and (depth is not None or z3_seconds is not None):
         raise UserError("--depth and --seconds are for --engine z3")
+    if engine != "exhaustive" and workers is not None:
+        raise UserError("--workers is for --engine exhaustive")
+    if workers is None:
+        try:
+            workers = parallel.workers_from_env()
+        except ValueError as e:
+            raise UserError(str(e))
     if engine == "z3":
         depth = Z3_DEFAULT_DEPTH if depth is None else depth
         if not 1 <= depth <= Z3_MAX_DEPTH:
@@ -149,7 +160,7 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
             what = f"z3 to depth {depth}" if engine == "z3" else f"hypothesis ({hprofile})"
             console.print(f"[dim]{sc.name} on {rel.name}: {what} done[/]")
 
-    options = {"exhaustive": dict(max_states=max_states), "hypothesis": dict(profile=hprofile),
+    options = {"exhaustive": dict(max_states=max_states, workers=workers), "hypothesis": dict(profile=hprofile),
                "z3": dict(depth=depth, max_net=max_net, seconds=z3_seconds)}[engine]
     checker = ENGINES[engine](**options)
     try:

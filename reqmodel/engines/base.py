@@ -99,12 +99,14 @@ class Exhaustive:
 
     name = "exhaustive"
 
-    def __init__(self, max_states: int = DEFAULT_MAX_STATES) -> None:
+    def __init__(self, max_states: int = DEFAULT_MAX_STATES, workers: int = 1) -> None:
         self.max_states = max_states
+        self.workers = workers  # processes (``engines.parallel``); the answer is the same
 
     def check(self, release: Release, scenario: Scenario,
               props: Sequence[Property]) -> List[Result]:
-        ex = explore(release, scenario, props, max_states=self.max_states, keep_graph=False)
+        ex = explore(release, scenario, props, max_states=self.max_states, keep_graph=False,
+                     workers=self.workers)
         return [Result(release.name, scenario.name, p.name, p.kind, Answer(v.verdict),
                        None, ex.states, ex.seconds, self.name, trace=v.trace)
                 for p in props for v in (ex.verdicts[p.name],)]

@@ -35,6 +35,12 @@ from reqmodel.model.properties import Kind
 class BoundExceeded(RuntimeError):
     """The scenario's reachable space is larger than the configured bound."""
 
+    @classmethod
+    def of(cls, max_states: int, scenario: Scenario, release: Release) -> "BoundExceeded":
+        return cls(f"more than {max_states:,} distinct states on scenario "
+                   f"{scenario.name!r} ({release.name}); reduce the scenario or raise "
+                   "--max-states if the machine has the memory")
+
 
 # ~0.6 KB a state without the graph, ~2.1 KB with it (notes/performance.md):
 # 1.5M states stay under 4 GB either way.
@@ -89,6 +95,39 @@ class Exploration:
     emitted: FrozenSet[str] = frozenset()  # every event kind emitted on some explored edge
 
 
+class Checks:
+    """The applicable properties, split by when the explorer checks them:
+    state and reachability properties on each new state; transition
+    properties on each step, those over events of some classes
+    (``properties.Every``) only on steps with such an event."""
+
+    def __init__(self, applicable: Sequence[Property]) -> None:
+        self.state = [p for p in applicable if p.kind == Kind.ALWAYS and p.state]
+        self.reach = [p for p in applicable if p.kind == Kind.SOMETIMES]
+        trans = [p for p in applicable if p.kind == Kind.ALWAYS and p.transition]
+        self.always = [p for p in trans if not isinstance(p.transition, Every)]
+        self.by_event: Dict[type, List[Property]] = {}
+        for p in trans:
+            if isinstance(p.transition, Every):
+                for cls in p.transition.events:
+                    self.by_event.setdefault(cls, []).append(p)
+
+    def on_state(self, s: State, found) -> List[Tuple[str, str]]:
+        """(name, "state" | "reached") of each property not in ``found``
+        that ``s`` violates, or reaches."""
+        return ([(p.name, "state") for p in self.state
+                 if p.name not in found and not p.holds_in(s)]
+                + [(p.name, "reached") for p in self.reach
+                   if p.name not in found and p.holds_in(s)])
+
+    def on_step(self, s: State, step: Step, evs, nxt: State, found) -> List[str]:
+        """The transition properties not in ``found`` that this step violates."""
+        props = self.always if not evs else self.always + [
+            p for cls in {type(e) for e in evs} for p in self.by_event.get(cls, ())]
+        return [p.name for p in props
+                if p.name not in found and not p.transition(s, step, evs, nxt)]
+
+
 class _Interner:
     """Hash-consing of sub-values, so that a million states share their parts.
 
@@ -121,10 +160,21 @@ def symmetry_classes(sc: Scenario, permute_requests: bool = True) -> Tuple[Tuple
                  for r, pages in enumerate(sc.prompt_pages))
 
 
+def canonicaliser(scenario: Scenario, graph_props: bool, symmetry: bool = True):
+    """The map from a state to its stored representative."""
+    if not symmetry:
+        return lambda s: s
+    classes = symmetry_classes(scenario, permute_requests=not graph_props)
+    ranks, pranks = scenario.decode.ranks, scenario.prefill.ranks
+    key = ReprKey()
+    return lambda s: canonical(s, classes, ranks, pranks, key)
+
+
 def explore(release: Release, scenario: Scenario, props: Sequence[Property],
             max_states: int = DEFAULT_MAX_STATES, stop_early: bool = True,
             keep_graph: bool = True, symmetry: bool = True,
-            edge_events: bool = False, keep_states: bool = False) -> Exploration:
+            edge_events: bool = False, keep_states: bool = False,
+            workers: int = 1) -> Exploration:
     """Explore the reachable states of ``scenario`` under ``release``.
 
     With ``stop_early`` the search ends once every property has a verdict that
@@ -134,28 +184,21 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     cost analysis of ``reqmodel guard`` reads them; nothing else pays for it).
     ``state_of`` (every canonical state, in breadth-first order) is returned
     with the graph, or alone with ``keep_states``.
+    With ``workers`` > 1 and no graph the search runs over that many
+    processes (``engines.parallel``), with the same result.
     """
+    if workers > 1 and not keep_graph:
+        from reqmodel.engines import parallel
+        return parallel.explore(release, scenario, props, workers, max_states, stop_early,
+                                symmetry, keep_states)
     ctx = Ctx(release=release, scenario=scenario)
     applicable = [p for p in props if p.applies(release, scenario)]
     graph_props = [p for p in applicable if p.kind.on_graph]
-    classes = symmetry_classes(scenario, permute_requests=not graph_props)
-    ranks, pranks = scenario.decode.ranks, scenario.prefill.ranks
-    key = ReprKey()
-    canon = (lambda s: canonical(s, classes, ranks, pranks, key)) if symmetry else (lambda s: s)
+    canon = canonicaliser(scenario, bool(graph_props), symmetry)
     intern = _Interner()
     t0 = time.perf_counter()
 
-    state_props = [p for p in applicable if p.kind == Kind.ALWAYS and p.state]
-    trans_props = [p for p in applicable if p.kind == Kind.ALWAYS and p.transition]
-    # a property over the step's events of some classes (``properties.Every``)
-    # is checked only on steps with such an event; the rest on every step
-    always_trans = [p for p in trans_props if not isinstance(p.transition, Every)]
-    by_event: Dict[type, List[Property]] = {}
-    for p in trans_props:
-        if isinstance(p.transition, Every):
-            for cls in p.transition.events:
-                by_event.setdefault(cls, []).append(p)
-    reach_props = [p for p in applicable if p.kind == Kind.SOMETIMES]
+    checks = Checks(applicable)
     found: Dict[str, Tuple] = {}  # name -> ("state", id) | ("transition", u, step) | ("reached", id)
 
     init = intern(canon(initial_state(scenario)))
@@ -172,15 +215,8 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     fired = set()
     emitted = set()
 
-    def check_state(v: int, s: State) -> None:
-        for p in state_props:
-            if p.name not in found and not p.holds_in(s):
-                found[p.name] = ("state", v)
-        for p in reach_props:
-            if p.name not in found and p.holds_in(s):
-                found[p.name] = ("reached", v)
-
-    check_state(0, init)
+    for name, kind in checks.on_state(init, found):
+        found[name] = (kind, 0)
     queue = collections.deque([0])
     complete = True
     while queue:
@@ -193,11 +229,8 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
             fired.add(step.action)
             if evs:
                 emitted.update(e.kind for e in evs)
-            checks = always_trans if not evs else always_trans + [
-                p for cls in {type(e) for e in evs} for p in by_event.get(cls, ())]
-            for p in checks:
-                if p.name not in found and not p.transition(s, step, evs, nxt):
-                    found[p.name] = ("transition", u, step)
+            for name in checks.on_step(s, step, evs, nxt, found):
+                found[name] = ("transition", u, step)
             # a successor that is already a stored representative is its own
             # canonical form (canonical forms are idempotent): no relabelling
             v = ids.get(nxt)
@@ -212,12 +245,10 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
                 parent.append((u, step))
                 depth.append(depth[u] + 1)
                 queue.append(v)
-                check_state(v, c)
+                for name, kind in checks.on_state(c, found):
+                    found[name] = (kind, v)
                 if len(states) > max_states:
-                    raise BoundExceeded(
-                        f"more than {max_states:,} distinct states on scenario "
-                        f"{scenario.name!r} ({release.name}); reduce the scenario or raise "
-                        "--max-states if the machine has the memory")
+                    raise BoundExceeded.of(max_states, scenario, release)
             edges += 1
             if ledges is not None:
                 ledges.add(u, v, step, BY_NAME[step.action].own(ctx, s, step.rid))
@@ -228,6 +259,19 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
                     graph.add_edge(u, v, step=step)
     seconds = time.perf_counter() - t0
 
+    verdicts = verdicts_of(ctx, props, applicable, found, states, parent, ledges, canon)
+    return Exploration(release=release, scenario=scenario, verdicts=verdicts,
+                       states=len(states), edges=edges, depth=max(depth), seconds=seconds,
+                       complete=complete and not queue, graph=graph,
+                       state_of=states if keep_graph or keep_states else None,
+                       fired=frozenset(fired), emitted=frozenset(emitted))
+
+
+def verdicts_of(ctx: Ctx, props: Sequence[Property], applicable, found, states, parent,
+                ledges, canon) -> Dict[str, Verdict]:
+    """Each property's verdict, with its shortest trace, from the first hits
+    (``found``), the breadth-first parents and, for the graph properties,
+    the recorded edges."""
     verdicts: Dict[str, Verdict] = {}
     for p in props:
         if p not in applicable:
@@ -248,11 +292,7 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
         else:
             verdicts[p.name] = Verdict(p.name, p.kind, "violated",
                                        _trace(ctx, p, hit, states, parent, canon))
-    return Exploration(release=release, scenario=scenario, verdicts=verdicts,
-                       states=len(states), edges=edges, depth=max(depth), seconds=seconds,
-                       complete=complete and not queue, graph=graph,
-                       state_of=states if keep_graph or keep_states else None,
-                       fired=frozenset(fired), emitted=frozenset(emitted))
+    return verdicts
 
 
 def _graph_verdict(ctx: Ctx, p: Property, states, parent, edges, canon) -> Verdict:

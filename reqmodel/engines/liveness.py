@@ -41,7 +41,9 @@ class Edges:
         default=None, init=False, repr=False)
 
     def add(self, u: int, v: int, step: Step, own: bool) -> None:
-        key = (step.action, step.rid)
+        self.add_instance(u, v, (step.action, step.rid), own)
+
+    def add_instance(self, u: int, v: int, key: Tuple[str, int], own: bool) -> None:
         i = self.ids.get(key)
         if i is None:
             i = self.ids[key] = len(self.instances)

@@ -1,0 +1,430 @@
+"""Exhaustive search over worker processes, with the sequential engine's answer.
+
+The search is breadth first and level-synchronous.  Each worker owns one
+shard of the visited set: the canonical states whose hash falls in it.  In a
+round every worker expands its part of the frontier in state-id order, sends
+each successor's canonical form to the shard that owns it, and the owners
+keep the states they have not seen.  A successor is tagged with where the
+sequential engine (``exhaustive.explore``) would first meet it: its parent's
+id and its place among the parent's successors.  The coordinator merges the
+owners' sorted tags, so new states get the ids, and the parents, that the
+sequential engine gives them; every trace is therefore the sequential one,
+step for step.  With ``stop_early`` the sequential engine stops after the
+state whose expansion gave the last missing verdict; the coordinator works
+that state out from the tags and cuts states, edges, depth and the fired
+actions there, so the whole ``Exploration`` is the sequential one (tests
+compare them field by field).
+
+Small searches never fork: the coordinator runs the same rounds in its own
+process, as a single shard, until a level holds ``fork_at`` states, and only
+then forks the workers, which inherit the shard and keep their part.  The
+processes are forked (not spawned): they share the interpreter's hash seed,
+so every process maps a state to the same shard.
+
+Costs, measured in notes/performance.md: each successor that another shard
+owns is pickled once, and each round has two messages per worker to the
+coordinator.  At the end the coordinator takes the states it needs: those
+on the counterexample paths, or every state when a graph property (liveness)
+or the caller needs them.
+"""
+from __future__ import annotations
+
+import heapq
+import multiprocessing
+import os
+import time
+import traceback
+
+import attrs
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from reqmodel.engines import liveness
+from reqmodel.engines.exhaustive import (BoundExceeded, Checks, Exploration, _Interner, _path,
+                                         canonicaliser, verdicts_of)
+from reqmodel.model.actions import BY_NAME, Ctx, initial_state, successors
+from reqmodel.model.properties import Property
+from reqmodel.model.releases import Release
+from reqmodel.model.scenario import Scenario
+from reqmodel.model.state import State
+
+FORK_AT = 2_000  # states in a level before the workers are forked
+_J = 1 << 20  # a tag is parent * _J + the successor's place among its parent's
+
+
+def workers_from_env() -> int:
+    """``$REQMODEL_WORKERS`` when set, else every core this process may run on."""
+    got = os.environ.get("REQMODEL_WORKERS", "").strip()
+    if got:
+        if not got.isdigit() or int(got) < 1:
+            raise ValueError(f"REQMODEL_WORKERS={got!r}: expected a whole number of at least 1")
+        return int(got)
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+class _Shard:
+    """The states one process owns (``hash(state) % n == k``), its part of
+    the frontier, and what it has seen on the steps it expanded: first hits
+    keyed by tag, the first parent at which each action fired and each event
+    kind was emitted, successor counts, and (for liveness) edges."""
+
+    def __init__(self, ctx: Ctx, checks: Checks, canon, want_edges: bool) -> None:
+        self.ctx, self.checks, self.canon = ctx, checks, canon
+        self.intern = _Interner()
+        self.k, self.n = 0, 1
+        self.ids: Dict[State, int] = {}
+        self.frontier: List[Tuple[int, State]] = []
+        self.want_edges = want_edges
+        self.new: List[Tuple[int, State]] = []  # (tag, state) waiting for ids
+        self.late: List[Tuple[int, State, Tuple[str, int], bool]] = []  # edges to new states
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget what was seen (the coordinator keeps what it saw before the fork)."""
+        self.found: Dict[str, Tuple[int, tuple]] = {}  # name -> (tag, hit)
+        self.fired: Dict[str, int] = {}  # action -> first parent
+        self.emitted: Dict[str, int] = {}
+        self.counts: List[Tuple[int, int]] = []  # (parent, successors)
+        self.edges: List[Tuple[int, int, Tuple[str, int], bool]] = []  # (tag, target, inst, own)
+
+    def keep_part(self, k: int, n: int) -> None:
+        """After the fork: keep this shard's part of the visited states and frontier."""
+        self.k, self.n = k, n
+        self.ids = {s: v for s, v in self.ids.items() if hash(s) % n == k}
+        self.frontier = [(v, s) for v, s in self.frontier if hash(s) % n == k]
+        self.reset()
+
+    def add(self, tag: int, v: int, s: State) -> None:
+        """A new state and its id: store it and check the state properties."""
+        self.ids[s] = v
+        self.frontier.append((v, s))
+        for name, kind in self.checks.on_state(s, self.found):
+            self.found[name] = (tag, (kind, v))
+
+    def expand(self) -> List[list]:
+        """Every step out of the frontier.  Each successor goes to the shard
+        its own hash names (``out[shard]`` lists (state, tag, inst, own)):
+        were it a stored representative, that shard would hold it, so the
+        shard can skip its canonical form (``forms``) as the sequential
+        engine does."""
+        ctx, checks, found, n = self.ctx, self.checks, self.found, self.n
+        want, fired, emitted = self.want_edges, self.fired, self.emitted
+        out: List[list] = [[] for _ in range(n)]
+        frontier, self.frontier = self.frontier, []
+        for u, s in frontier:
+            j = 0
+            for j, (step, nxt, evs) in enumerate(successors(ctx, s), 1):
+                tag = u * _J + j - 1
+                if step.action not in fired:
+                    fired[step.action] = u
+                for e in evs:
+                    if e.kind not in emitted:
+                        emitted[e.kind] = u
+                for name in checks.on_step(s, step, evs, nxt, found):
+                    found[name] = (tag, ("transition", u, step))
+                out[hash(nxt) % n].append(
+                    (nxt, tag, (step.action, step.rid) if want else None,
+                     want and BY_NAME[step.action].own(ctx, s, step.rid)))
+            if j >= _J:  # pragma: no cover - a million successors of one state
+                raise RuntimeError("a state with more than a million successors")
+            self.counts.append((u, j))
+        return out
+
+    def forms(self, batches: Sequence[list]) -> List[list]:
+        """The canonical form of each successor that is not a stored
+        representative here, sent on to the shard that owns the form
+        (``out[owner]``); an edge to a stored state is recorded at once.
+        A round remembers the forms it computed (the sequential engine would
+        have stored the state at first sight; here that waits for the
+        round's end), and a form is its own form."""
+        ids, canon, n, k, want = self.ids, self.canon, self.n, self.k, self.want_edges
+        out: List[list] = [[] for _ in range(n)]
+        forms: Dict[State, State] = {}
+        for batch in batches:
+            for nxt, tag, inst, own in batch:
+                v = ids.get(nxt)
+                if v is None:
+                    c = forms.get(nxt)
+                    if c is None:
+                        c = forms[nxt] = canon(nxt)
+                        forms[c] = c
+                    owner = hash(c) % n
+                    v = ids.get(c) if owner == k else None
+                    if v is None:
+                        out[owner].append((c, tag, inst, own))
+                        continue
+                if want:
+                    self.edges.append((tag, v, inst, own))
+        return out
+
+    def resolve(self, batches: Sequence[list]) -> List[int]:
+        """Keep the successors not seen before, each with its least tag (where
+        the sequential engine first meets it); their tags, sorted."""
+        ids, first, late = self.ids, {}, []
+        for batch in batches:
+            for c, tag, inst, own in batch:
+                v = ids.get(c)
+                if v is not None:
+                    if self.want_edges:
+                        self.edges.append((tag, v, inst, own))
+                    continue
+                t = first.get(c)
+                if t is None or tag < t:
+                    first[c] = tag
+                if self.want_edges:
+                    late.append((tag, c, inst, own))
+        self.new = sorted(((t, c) for c, t in first.items()), key=lambda x: x[0])
+        self.late = late
+        return [t for t, _ in self.new]
+
+    def assign(self, vids: Sequence[int]) -> None:
+        """Store the new states under the ids the coordinator gave them."""
+        intern = self.intern
+        got = {}
+        for (tag, c), v in zip(self.new, vids):
+            c = intern(c)
+            got[c] = v
+            self.add(tag, v, c)
+        for tag, c, inst, own in self.late:
+            self.edges.append((tag, got[c], inst, own))
+        self.new, self.late = [], []
+
+    def result(self) -> tuple:
+        return self.found, self.fired, self.emitted, self.counts, self.edges
+
+    def states(self, wanted: Optional[set]) -> List[Tuple[int, State]]:
+        return [(v, s) for s, v in self.ids.items() if wanted is None or v in wanted]
+
+
+_FIELDS = tuple(f.name for f in attrs.fields(State))
+
+
+class _Codec:
+    """States on one channel between two shards as tuples of small integers:
+    each record (and each other element of a state's tuples) is sent once,
+    then named by its place in the channel's table.  States share almost
+    all their parts, and pickling a record costs far more than an integer."""
+
+    def __init__(self) -> None:
+        self.index: Dict[object, int] = {}  # sending end
+        self.table: List[object] = []  # receiving end
+
+    def pack(self, items: List[tuple]) -> tuple:
+        index, fresh = self.index, []
+
+        def name(x) -> int:
+            i = index.get(x)
+            if i is None:
+                i = index[x] = len(index)
+                fresh.append(x)
+            return i
+
+        body = [(tuple(tuple(name(x) for x in getattr(s, f)) for f in _FIELDS), tag, inst, own)
+                for s, tag, inst, own in items]
+        return fresh, body
+
+    def unpack(self, msg: tuple) -> List[tuple]:
+        fresh, body = msg
+        table = self.table
+        table.extend(fresh)
+        return [(State(*[tuple([table[i] for i in f]) for f in enc]), tag, inst, own)
+                for enc, tag, inst, own in body]
+
+
+def _worker(shard: _Shard, k: int, n: int, inboxes, conn) -> None:
+    """One forked worker: rounds until the coordinator says stop."""
+    early: List[tuple] = []  # a message of a round's second exchange that came first
+    send = [_Codec() for _ in range(n)]  # per shard sent to
+    recv = [_Codec() for _ in range(n)]  # per shard received from
+
+    def exchange(out: List[list], phase: int) -> List[list]:
+        """Send each other shard its list, and take theirs; the lists of the
+        round's first exchange all come before any shard starts its second.
+        A channel's messages arrive in the order they were sent (one queue
+        per receiver, one feeder thread per sender), as its table needs."""
+        for o in range(n):
+            if o != k:
+                inboxes[o].put((phase, k, send[o].pack(out[o])))
+        got = [out[k]]
+        mine = [m for m in early if m[0] == phase]
+        early[:] = [m for m in early if m[0] != phase]
+        while len(got) + len(mine) < n:
+            m = inboxes[k].get()
+            (mine if m[0] == phase else early).append(m)
+        # unpack in the order each sender sent, phase by phase
+        return got + [recv[src].unpack(body) for _, src, body in mine]
+
+    try:
+        shard.keep_part(k, n)
+        while True:
+            batches = exchange(shard.forms(exchange(shard.expand(), 0)), 1)
+            conn.send((shard.resolve(batches), list(shard.found)))
+            vids, final = conn.recv()
+            shard.assign(vids)
+            if final:
+                conn.send(shard.result())
+                conn.send(shard.states(conn.recv()))
+                return
+    except BaseException:  # pragma: no cover - reported by the coordinator
+        conn.send(("error", traceback.format_exc()))
+
+
+def explore(release: Release, scenario: Scenario, props: Sequence[Property], workers: int,
+            max_states: int, stop_early: bool = True, symmetry: bool = True,
+            keep_states: bool = False, fork_at: int = FORK_AT) -> Exploration:
+    """``exhaustive.explore`` without the graph, over ``workers`` processes."""
+    ctx = Ctx(release=release, scenario=scenario)
+    applicable = [p for p in props if p.applies(release, scenario)]
+    graph_props = [p for p in applicable if p.kind.on_graph]
+    canon = canonicaliser(scenario, bool(graph_props), symmetry)
+    checks = Checks(applicable)
+    t0 = time.perf_counter()
+
+    shard = _Shard(ctx, checks, canon, want_edges=bool(graph_props))
+    init = shard.intern(canon(initial_state(scenario)))
+    shard.add(-_J, 0, init)
+    parents = [-1]  # per state id
+    levels = [0, 1]  # the first id of each level
+    procs, conns, seen = [], [], []  # seen: each source's (found, fired, emitted, counts, edges)
+    try:
+        final = False
+        while not final:
+            if not procs:
+                tags = [shard.resolve(shard.forms(shard.expand()))]
+                names = set(shard.found)
+            else:
+                msgs = [_recv(c) for c in conns]
+                tags = [ts for ts, _ in msgs]
+                names = {name for _, ns in msgs for name in ns}
+            merged = list(heapq.merge(*[[(t, w) for t in ts] for w, ts in enumerate(tags)]))
+            vids: List[List[int]] = [[] for _ in tags]
+            base = len(parents)
+            for i, (t, w) in enumerate(merged):
+                vids[w].append(base + i)
+                parents.append(t // _J)
+            levels.append(len(parents))
+            # a name found before the fork stays found; later hits come later
+            names.update(name for r in seen for name in r[0])
+            final = (not merged or len(parents) > max_states
+                     or (stop_early and len(names) == len(applicable)))
+            if procs:
+                for c, ids in zip(conns, vids):
+                    c.send((ids, final))
+            else:
+                shard.assign(vids[0])
+                if not final and workers > 1 and len(merged) >= fork_at:
+                    seen.append(shard.result())
+                    procs, conns = _fork(shard, workers)
+                    shard = None
+        if procs:
+            seen += [_recv(c) for c in conns]
+        else:
+            seen.append(shard.result())
+        found = _merge_found(seen)
+        cut = _cut(found, parents, len(applicable), stop_early)
+        if cut[0] > max_states:
+            raise BoundExceeded.of(max_states, scenario, release)
+        n, last = cut
+        wanted = None if graph_props or keep_states else _wanted(found, parents)
+        if procs:
+            got = {}
+            for c in conns:
+                c.send(wanted)
+            for c in conns:
+                got.update(_recv(c))
+        else:
+            got = dict(shard.states(wanted))
+    except BaseException:
+        for p in procs:  # the others wait for the failed one's messages
+            p.kill()
+        raise
+    finally:
+        for p in procs:
+            p.join()
+    seconds = time.perf_counter() - t0
+
+    # every state, or (a dict) those on the counterexample paths
+    states = [got[v] for v in range(n)] if wanted is None else got
+    ledges = None
+    if graph_props:
+        ledges = liveness.Edges()
+        for tag, v, inst, own in sorted(e for r in seen for e in r[4] if e[0] // _J <= last):
+            ledges.add_instance(tag // _J, v, inst, own)
+    found = {name: hit for name, (tag, hit) in found.items()}
+    verdicts = verdicts_of(ctx, props, applicable, found, states, _ParentList(parents), ledges,
+                           canon)
+    depth = next(d for d in range(len(levels) - 1, -1, -1) if levels[d] < n)
+    return Exploration(
+        release=release, scenario=scenario, verdicts=verdicts, states=n,
+        edges=sum(c for r in seen for u, c in r[3] if u <= last), depth=depth, seconds=seconds,
+        complete=n == last + 1, graph=None,
+        state_of=states if keep_states else None,
+        fired=frozenset(a for r in seen for a, u in r[1].items() if u <= last),
+        emitted=frozenset(e for r in seen for e, u in r[2].items() if u <= last))
+
+
+class _ParentList:
+    """``parent[v][0]``, as ``exhaustive`` reads it, over the id array."""
+
+    def __init__(self, parents: List[int]) -> None:
+        self.parents = parents
+
+    def __getitem__(self, v: int) -> Tuple[int, None]:
+        return self.parents[v], None
+
+
+def _fork(shard: _Shard, workers: int):
+    mp = multiprocessing.get_context("fork")
+    inboxes = [mp.Queue() for _ in range(workers)]
+    procs, conns = [], []
+    for k in range(workers):
+        mine, theirs = mp.Pipe()
+        p = mp.Process(target=_worker, args=(shard, k, workers, inboxes, theirs), daemon=True)
+        p.start()
+        procs.append(p)
+        conns.append(mine)
+    return procs, conns
+
+
+def _recv(conn):
+    msg = conn.recv()
+    if isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "error":
+        raise RuntimeError(f"an exploration worker failed:\n{msg[1]}")
+    return msg
+
+
+def _merge_found(results) -> Dict[str, Tuple[int, tuple]]:
+    """Each property's first hit over every source: the least tag."""
+    out: Dict[str, Tuple[int, tuple]] = {}
+    for found, *_ in results:
+        for name, hit in found.items():
+            if name not in out or hit[0] < out[name][0]:
+                out[name] = hit
+    return out
+
+
+def _cut(found, parents: List[int], applicable: int, stop_early: bool) -> Tuple[int, int]:
+    """Where the sequential engine stops: (states it holds, the last state it
+    expanded).  It stops once every property has its first hit, after
+    expanding the state whose step gave the last one."""
+    n = len(parents)
+    if not stop_early or len(found) < applicable:
+        return n, n - 1
+    last = max(tag // _J for tag, _ in found.values()) if found else -1
+    # states are numbered in tag order: those met from states up to ``last``
+    lo, hi = 1, n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if parents[mid] <= last:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo, last
+
+
+def _wanted(found, parents: List[int]) -> set:
+    """The states on the paths to the first hits (every hit names its
+    state's id second: ("state", v), ("reached", v), ("transition", v, step))."""
+    return {0}.union(*(_path(hit[1], _ParentList(parents)) for _, hit in found.values()))
