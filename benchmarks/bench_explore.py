@@ -163,7 +163,7 @@ def _measure(names, rels, base, args):
 
 def _markdown(rows, base, args) -> None:
     print(f"Machine: {platform.machine()}, Python {platform.python_version()}, "
-          f"graph {'off' if args.no_graph else 'on'}, "
+          f"graph {'off' if args.no_graph or args.workers > 1 else 'on'}, "
           f"liveness {'off' if args.no_liveness else 'on'}, best of {args.repeat}\n")
     if args.workers > 1:
         print(f"| scenario | release | distinct states | wall s (1 process) | "

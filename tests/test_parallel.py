@@ -25,7 +25,7 @@ def run(capsys, *argv):
 
 def fields(ex):
     out = attrs.asdict(ex, recurse=False)
-    del out["seconds"]
+    del out["seconds"], out["workers"]
     return out
 
 
@@ -35,6 +35,7 @@ def both(rel, sc, props, stop_early, workers=2, **kw):
     b = parallel.explore(releases.get(rel), scenario.builtin(sc), props, workers,
                          exhaustive.DEFAULT_MAX_STATES, stop_early, keep_states=True,
                          fork_at=8, **kw)
+    assert (a.workers, b.workers) == (1, workers)  # the workers did fork
     return a, b
 
 
@@ -63,6 +64,12 @@ def test_stopping_early_cuts_where_the_sequential_engine_stops(workers):
 def test_without_symmetry_the_answer_is_the_same():
     a, b = both("0.5.21", "incident", SAFETY, stop_early=False, symmetry=False)
     assert fields(a) == fields(b)
+
+
+def test_a_search_whose_levels_stay_small_never_forks():
+    ex = parallel.explore(releases.get("0.5.19"), scenario.builtin("incident"), SAFETY, 2,
+                          exhaustive.DEFAULT_MAX_STATES, fork_at=10_000)
+    assert ex.workers == 1 and ex.states == 869
 
 
 def test_the_bound_is_the_sequential_one():

@@ -16,6 +16,8 @@ concrete, replayable steps (``concretize``).
 from __future__ import annotations
 
 import collections
+import contextlib
+import gc
 import time
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
@@ -93,6 +95,7 @@ class Exploration:
     state_of: Optional[List[State]] = None  # node id -> canonical state, with the graph
     fired: FrozenSet[str] = frozenset()  # every action taken on some explored edge
     emitted: FrozenSet[str] = frozenset()  # every event kind emitted on some explored edge
+    workers: int = 1  # processes the search ran on (``engines.parallel``)
 
 
 class Checks:
@@ -170,11 +173,26 @@ def canonicaliser(scenario: Scenario, graph_props: bool, symmetry: bool = True):
     return lambda s: canonical(s, classes, ranks, pranks, key)
 
 
+@contextlib.contextmanager
+def paused_gc():
+    """Python's cycle collector paused.  The stored states form no cycles,
+    yet every full collection walks all of them: on optimistic-abort-unit
+    the collector took a fifth of the search (notes/performance.md).  The
+    few cycles a search makes are collected once it is over."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def explore(release: Release, scenario: Scenario, props: Sequence[Property],
             max_states: int = DEFAULT_MAX_STATES, stop_early: bool = True,
             keep_graph: bool = True, symmetry: bool = True,
             edge_events: bool = False, keep_states: bool = False,
-            workers: int = 1) -> Exploration:
+            workers: int = 1, fork_at: Optional[int] = None) -> Exploration:
     """Explore the reachable states of ``scenario`` under ``release``.
 
     With ``stop_early`` the search ends once every property has a verdict that
@@ -184,13 +202,24 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     cost analysis of ``reqmodel guard`` reads them; nothing else pays for it).
     ``state_of`` (every canonical state, in breadth-first order) is returned
     with the graph, or alone with ``keep_states``.
-    With ``workers`` > 1 and no graph the search runs over that many
-    processes (``engines.parallel``), with the same result.
+    With ``workers`` > 1 and no graph, the search goes on over that many
+    processes (``engines.parallel``) from the first level that holds
+    ``fork_at`` states (default ``parallel.FORK_AT``), with the same result.
     """
+    switch = None
     if workers > 1 and not keep_graph:
         from reqmodel.engines import parallel
-        return parallel.explore(release, scenario, props, workers, max_states, stop_early,
-                                symmetry, keep_states)
+        at = parallel.FORK_AT if fork_at is None else fork_at
+        switch = (at, lambda pre: parallel.resume(pre, workers, max_states, stop_early,
+                                                  keep_states))
+    with paused_gc():
+        return _explore(release, scenario, props, max_states, stop_early, keep_graph, symmetry,
+                        edge_events, keep_states, switch)
+
+
+def _explore(release: Release, scenario: Scenario, props: Sequence[Property], max_states: int,
+             stop_early: bool, keep_graph: bool, symmetry: bool, edge_events: bool,
+             keep_states: bool, switch) -> Exploration:
     ctx = Ctx(release=release, scenario=scenario)
     applicable = [p for p in props if p.applies(release, scenario)]
     graph_props = [p for p in applicable if p.kind.on_graph]
@@ -219,10 +248,19 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
         found[name] = (kind, 0)
     queue = collections.deque([0])
     complete = True
+    level = 0
     while queue:
         if stop_early and len(found) == len(applicable):
             complete = False
             break
+        if switch is not None and depth[queue[0]] != level:
+            # a new level: the queue holds all of it and nothing else
+            level = depth[queue[0]]
+            if len(queue) >= switch[0]:
+                from reqmodel.engines import parallel
+                return switch[1](parallel.Prefix(
+                    ctx, props, applicable, checks, canon, intern, ids, states, parent, depth,
+                    found, fired, emitted, edges, ledges, t0))
         u = queue.popleft()
         s = states[u]
         for step, nxt, evs in successors(ctx, s):

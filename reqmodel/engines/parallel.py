@@ -2,30 +2,34 @@
 
 The search is breadth first and level-synchronous.  Each worker owns one
 shard of the visited set: the canonical states whose hash falls in it.  In a
-round every worker expands its part of the frontier in state-id order, sends
-each successor's canonical form to the shard that owns it, and the owners
-keep the states they have not seen.  A successor is tagged with where the
+round every worker expands its part of the level in state-id order and sends
+each successor, as it is, to the shard its own hash names (were it a stored
+representative, that shard would hold it, so the sequential engine's
+look-up-before-canonicalising still applies); there a successor not stored
+is canonicalised and its form sent on to the shard that owns the form, which
+keeps the forms it has not stored.  A successor is tagged with where the
 sequential engine (``exhaustive.explore``) would first meet it: its parent's
 id and its place among the parent's successors.  The coordinator merges the
 owners' sorted tags, so new states get the ids, and the parents, that the
 sequential engine gives them; every trace is therefore the sequential one,
 step for step.  With ``stop_early`` the sequential engine stops after the
 state whose expansion gave the last missing verdict; the coordinator works
-that state out from the tags and cuts states, edges, depth and the fired
-actions there, so the whole ``Exploration`` is the sequential one (tests
-compare them field by field).
+that state out from the tags and cuts states, edges, depth, fired actions
+and emitted events there, so the whole ``Exploration`` is the sequential one
+(tests/test_parallel.py compares them field by field).
 
-Small searches never fork: the coordinator runs the same rounds in its own
-process, as a single shard, until a level holds ``fork_at`` states, and only
-then forks the workers, which inherit the shard and keep their part.  The
-processes are forked (not spawned): they share the interpreter's hash seed,
-so every process maps a state to the same shard.
+The search starts as the sequential engine, in one process, and hands over
+(``Prefix``, ``resume``) at the first level that holds ``FORK_AT`` states:
+the workers are forked then and keep their shard of the inherited visited
+set, so a small search never pays for processes.  They are forked, not
+spawned: they share the interpreter's hash seed, so every process maps a
+state to the same shard.
 
-Costs, measured in notes/performance.md: each successor that another shard
-owns is pickled once, and each round has two messages per worker to the
-coordinator.  At the end the coordinator takes the states it needs: those
+States cross between workers as integer tuples over per-channel tables of
+fields and records (``_Codec``).  Each round has two messages per worker to
+the coordinator; at the end the coordinator takes the states it needs: those
 on the counterexample paths, or every state when a graph property (liveness)
-or the caller needs them.
+or the caller needs them.  Measured in notes/performance.md.
 """
 from __future__ import annotations
 
@@ -35,24 +39,27 @@ import os
 import time
 import traceback
 
-import attrs
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from reqmodel.engines import liveness
+import attrs
+
+from reqmodel.engines import exhaustive, liveness
 from reqmodel.engines.exhaustive import (BoundExceeded, Checks, Exploration, _Interner, _path,
-                                         canonicaliser, verdicts_of)
-from reqmodel.model.actions import BY_NAME, Ctx, initial_state, successors
+                                         verdicts_of)
+from reqmodel.model.actions import BY_NAME, Ctx, successors
 from reqmodel.model.properties import Property
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
 from reqmodel.model.state import State
 
-FORK_AT = 2_000  # states in a level before the workers are forked
+FORK_AT = 500  # states in a level before the workers are forked
 _J = 1 << 20  # a tag is parent * _J + the successor's place among its parent's
 
 
 def workers_from_env() -> int:
-    """``$REQMODEL_WORKERS`` when set, else every core this process may run on."""
+    """``$REQMODEL_WORKERS`` when set, else every core this process may run
+    on (a search whose levels stay small never forks, so this costs the
+    small scenarios nothing; notes/performance.md)."""
     got = os.environ.get("REQMODEL_WORKERS", "").strip()
     if got:
         if not got.isdigit() or int(got) < 1:
@@ -202,35 +209,45 @@ _FIELDS = tuple(f.name for f in attrs.fields(State))
 
 
 class _Codec:
-    """States on one channel between two shards as tuples of small integers:
-    each record (and each other element of a state's tuples) is sent once,
-    then named by its place in the channel's table.  States share almost
-    all their parts, and pickling a record costs far more than an integer."""
+    """States on one channel between two shards as tuples of small integers.
+    A state's fields (tuples of records) and the records in them are each
+    sent once, then named by their place in the channel's tables: a
+    successor shares most of its fields with its parent, and pickling a
+    record costs far more than an integer."""
 
     def __init__(self) -> None:
-        self.index: Dict[object, int] = {}  # sending end
-        self.table: List[object] = []  # receiving end
+        self.fields: Dict[tuple, int] = {}  # sending end
+        self.parts: Dict[object, int] = {}
+        self.field_table: List[tuple] = []  # receiving end
+        self.part_table: List[object] = []
 
     def pack(self, items: List[tuple]) -> tuple:
-        index, fresh = self.index, []
+        fields, parts, new_fields, new_parts = self.fields, self.parts, [], []
 
-        def name(x) -> int:
-            i = index.get(x)
+        def part(x) -> int:
+            i = parts.get(x)
             if i is None:
-                i = index[x] = len(index)
-                fresh.append(x)
+                i = parts[x] = len(parts)
+                new_parts.append(x)
             return i
 
-        body = [(tuple(tuple(name(x) for x in getattr(s, f)) for f in _FIELDS), tag, inst, own)
+        def field(x: tuple) -> int:
+            i = fields.get(x)
+            if i is None:
+                i = fields[x] = len(fields)
+                new_fields.append(tuple([part(y) for y in x]))
+            return i
+
+        body = [(tuple([field(getattr(s, f)) for f in _FIELDS]), tag, inst, own)
                 for s, tag, inst, own in items]
-        return fresh, body
+        return new_parts, new_fields, body
 
     def unpack(self, msg: tuple) -> List[tuple]:
-        fresh, body = msg
-        table = self.table
-        table.extend(fresh)
-        return [(State(*[tuple([table[i] for i in f]) for f in enc]), tag, inst, own)
-                for enc, tag, inst, own in body]
+        new_parts, new_fields, body = msg
+        parts, table = self.part_table, self.field_table
+        parts.extend(new_parts)
+        table.extend(tuple([parts[i] for i in f]) for f in new_fields)
+        return [(State(*[table[i] for i in enc]), tag, inst, own) for enc, tag, inst, own in body]
 
 
 def _worker(shard: _Shard, k: int, n: int, inboxes, conn) -> None:
@@ -274,68 +291,85 @@ def _worker(shard: _Shard, k: int, n: int, inboxes, conn) -> None:
 def explore(release: Release, scenario: Scenario, props: Sequence[Property], workers: int,
             max_states: int, stop_early: bool = True, symmetry: bool = True,
             keep_states: bool = False, fork_at: int = FORK_AT) -> Exploration:
-    """``exhaustive.explore`` without the graph, over ``workers`` processes."""
-    ctx = Ctx(release=release, scenario=scenario)
-    applicable = [p for p in props if p.applies(release, scenario)]
-    graph_props = [p for p in applicable if p.kind.on_graph]
-    canon = canonicaliser(scenario, bool(graph_props), symmetry)
-    checks = Checks(applicable)
-    t0 = time.perf_counter()
+    """``exhaustive.explore`` without the graph, over ``workers`` processes
+    once a level holds ``fork_at`` states."""
+    return exhaustive.explore(release, scenario, props, max_states=max_states,
+                              stop_early=stop_early, keep_graph=False, symmetry=symmetry,
+                              keep_states=keep_states, workers=workers, fork_at=fork_at)
 
-    shard = _Shard(ctx, checks, canon, want_edges=bool(graph_props))
-    init = shard.intern(canon(initial_state(scenario)))
-    shard.add(-_J, 0, init)
-    parents = [-1]  # per state id
-    levels = [0, 1]  # the first id of each level
-    procs, conns, seen = [], [], []  # seen: each source's (found, fired, emitted, counts, edges)
+
+@attrs.define
+class Prefix:
+    """The sequential engine's search at the start of a level: what the
+    workers go on from (``exhaustive._explore`` hands it over)."""
+
+    ctx: Ctx
+    props: Sequence[Property]
+    applicable: List[Property]
+    checks: Checks
+    canon: object
+    intern: _Interner
+    ids: Dict[State, int]
+    states: List[State]
+    parent: List[Tuple[int, object]]
+    depth: List[int]
+    found: Dict[str, tuple]  # name -> ("state", v) | ("transition", u, step) | ("reached", v)
+    fired: set
+    emitted: set
+    edges: int
+    ledges: Optional[liveness.Edges]
+    t0: float
+
+
+def resume(pre: Prefix, workers: int, max_states: int, stop_early: bool,
+           keep_states: bool) -> Exploration:
+    """Fork the workers on the prefix's last level and search on, round by
+    round, to the sequential engine's answer."""
+    ctx, applicable = pre.ctx, pre.applicable
+    graph_props = [p for p in applicable if p.kind.on_graph]
+    parents = [u for u, _ in pre.parent]
+    depth = pre.depth
+    levels = [0] + [v for v in range(1, len(depth)) if depth[v] != depth[v - 1]] + [len(depth)]
+    shard = _Shard(ctx, pre.checks, pre.canon, want_edges=bool(graph_props))
+    shard.intern, shard.ids = pre.intern, pre.ids
+    shard.frontier = [(v, pre.states[v]) for v in range(levels[-2], len(depth))]
+    # what the prefix saw, keyed so that it sorts before anything a worker sees
+    tag = {name: (hit[1] if hit[0] == "transition" else parents[hit[1]]) * _J
+           for name, hit in pre.found.items()}
+    seen = [({name: (tag[name], hit) for name, hit in pre.found.items()},
+             dict.fromkeys(pre.fired, -1), dict.fromkeys(pre.emitted, -1),
+             [(-1, pre.edges)], [])]
+    ledges = pre.ledges
+    pre.ids = pre.states = pre.parent = None  # the workers hold them now
+    procs, conns = _fork(shard, workers)
+    del shard
     try:
         final = False
         while not final:
-            if not procs:
-                tags = [shard.resolve(shard.forms(shard.expand()))]
-                names = set(shard.found)
-            else:
-                msgs = [_recv(c) for c in conns]
-                tags = [ts for ts, _ in msgs]
-                names = {name for _, ns in msgs for name in ns}
-            merged = list(heapq.merge(*[[(t, w) for t in ts] for w, ts in enumerate(tags)]))
-            vids: List[List[int]] = [[] for _ in tags]
+            msgs = [_recv(c) for c in conns]
+            merged = list(heapq.merge(*[[(t, w) for t in ts] for w, (ts, _) in enumerate(msgs)]))
+            vids: List[List[int]] = [[] for _ in msgs]
             base = len(parents)
             for i, (t, w) in enumerate(merged):
                 vids[w].append(base + i)
                 parents.append(t // _J)
             levels.append(len(parents))
-            # a name found before the fork stays found; later hits come later
-            names.update(name for r in seen for name in r[0])
+            names = set(seen[0][0]).union(*(ns for _, ns in msgs))
             final = (not merged or len(parents) > max_states
                      or (stop_early and len(names) == len(applicable)))
-            if procs:
-                for c, ids in zip(conns, vids):
-                    c.send((ids, final))
-            else:
-                shard.assign(vids[0])
-                if not final and workers > 1 and len(merged) >= fork_at:
-                    seen.append(shard.result())
-                    procs, conns = _fork(shard, workers)
-                    shard = None
-        if procs:
-            seen += [_recv(c) for c in conns]
-        else:
-            seen.append(shard.result())
+            for c, ids in zip(conns, vids):
+                c.send((ids, final))
+        seen += [_recv(c) for c in conns]
         found = _merge_found(seen)
-        cut = _cut(found, parents, len(applicable), stop_early)
-        if cut[0] > max_states:
-            raise BoundExceeded.of(max_states, scenario, release)
-        n, last = cut
+        n, last = _cut(found, parents, len(applicable), stop_early)
+        if n > max_states:
+            raise BoundExceeded.of(max_states, ctx.scenario, ctx.release)
         wanted = None if graph_props or keep_states else _wanted(found, parents)
-        if procs:
-            got = {}
-            for c in conns:
-                c.send(wanted)
-            for c in conns:
-                got.update(_recv(c))
-        else:
-            got = dict(shard.states(wanted))
+        got = {}
+        for c in conns:
+            c.send(wanted)
+        for c in conns:
+            got.update(_recv(c))
     except BaseException:
         for p in procs:  # the others wait for the failed one's messages
             p.kill()
@@ -343,26 +377,25 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property], wor
     finally:
         for p in procs:
             p.join()
-    seconds = time.perf_counter() - t0
+    seconds = time.perf_counter() - pre.t0
 
     # every state, or (a dict) those on the counterexample paths
     states = [got[v] for v in range(n)] if wanted is None else got
-    ledges = None
-    if graph_props:
-        ledges = liveness.Edges()
-        for tag, v, inst, own in sorted(e for r in seen for e in r[4] if e[0] // _J <= last):
-            ledges.add_instance(tag // _J, v, inst, own)
-    found = {name: hit for name, (tag, hit) in found.items()}
-    verdicts = verdicts_of(ctx, props, applicable, found, states, _ParentList(parents), ledges,
-                           canon)
-    depth = next(d for d in range(len(levels) - 1, -1, -1) if levels[d] < n)
+    if ledges is not None:
+        for t, v, inst, own in sorted(e for r in seen for e in r[4] if e[0] // _J <= last):
+            ledges.add_instance(t // _J, v, inst, own)
+    found = {name: hit for name, (_, hit) in found.items()}
+    verdicts = verdicts_of(ctx, pre.props, applicable, found, states, _ParentList(parents),
+                           ledges, pre.canon)
     return Exploration(
-        release=release, scenario=scenario, verdicts=verdicts, states=n,
-        edges=sum(c for r in seen for u, c in r[3] if u <= last), depth=depth, seconds=seconds,
-        complete=n == last + 1, graph=None,
+        release=ctx.release, scenario=ctx.scenario, verdicts=verdicts, states=n,
+        edges=sum(c for r in seen for u, c in r[3] if u <= last),
+        depth=next(d for d in range(len(levels) - 1, -1, -1) if levels[d] < n),
+        seconds=seconds, complete=n == last + 1, graph=None,
         state_of=states if keep_states else None,
         fired=frozenset(a for r in seen for a, u in r[1].items() if u <= last),
-        emitted=frozenset(e for r in seen for e, u in r[2].items() if u <= last))
+        emitted=frozenset(e for r in seen for e, u in r[2].items() if u <= last),
+        workers=workers)
 
 
 class _ParentList:
