@@ -160,7 +160,8 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
             what = f"z3 to depth {depth}" if engine == "z3" else f"hypothesis ({hprofile})"
             console.print(f"[dim]{sc.name} on {rel.name}: {what} done[/]")
 
-    options = {"exhaustive": dict(max_states=max_states, workers=workers), "hypothesis": dict(profile=hprofile),
+    options = {"exhaustive": dict(max_states=max_states, workers=workers),
+               "hypothesis": dict(profile=hprofile),
                "z3": dict(depth=depth, max_net=max_net, seconds=z3_seconds)}[engine]
     checker = ENGINES[engine](**options)
     try:

@@ -177,7 +177,8 @@ def canonicaliser(scenario: Scenario, graph_props: bool, symmetry: bool = True):
 def paused_gc():
     """Python's cycle collector paused.  The stored states form no cycles,
     yet every full collection walks all of them: on optimistic-abort-unit
-    the collector took a fifth of the search (notes/performance.md).  The
+    the collector took 5 % of the one-process search and 31 % of the
+    parallel engine's rounds (notes/performance.md).  The
     few cycles a search makes are collected once it is over."""
     was = gc.isenabled()
     gc.disable()

@@ -33,6 +33,7 @@ or the caller needs them.  Measured in notes/performance.md.
 """
 from __future__ import annotations
 
+import bisect
 import heapq
 import multiprocessing
 import os
@@ -285,7 +286,7 @@ def _worker(shard: _Shard, k: int, n: int, inboxes, conn) -> None:
                 conn.send(shard.states(conn.recv()))
                 return
     except BaseException:  # pragma: no cover - reported by the coordinator
-        conn.send(("error", traceback.format_exc()))
+        conn.send(_Failure(traceback.format_exc()))
 
 
 def explore(release: Release, scenario: Scenario, props: Sequence[Property], workers: int,
@@ -421,10 +422,17 @@ def _fork(shard: _Shard, workers: int):
     return procs, conns
 
 
+@attrs.frozen
+class _Failure:
+    """What a worker sends instead of its next message when it fails."""
+
+    traceback: str
+
+
 def _recv(conn):
     msg = conn.recv()
-    if isinstance(msg, tuple) and len(msg) == 2 and msg[0] == "error":
-        raise RuntimeError(f"an exploration worker failed:\n{msg[1]}")
+    if isinstance(msg, _Failure):
+        raise RuntimeError(f"an exploration worker failed:\n{msg.traceback}")
     return msg
 
 
@@ -446,15 +454,9 @@ def _cut(found, parents: List[int], applicable: int, stop_early: bool) -> Tuple[
     if not stop_early or len(found) < applicable:
         return n, n - 1
     last = max(tag // _J for tag, _ in found.values()) if found else -1
-    # states are numbered in tag order: those met from states up to ``last``
-    lo, hi = 1, n
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if parents[mid] <= last:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo, last
+    # states are numbered in tag order, so their parents never decrease:
+    # the states met from states up to ``last`` come first
+    return bisect.bisect_right(parents, last, 1), last
 
 
 def _wanted(found, parents: List[int]) -> set:
