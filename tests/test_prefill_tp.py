@@ -49,18 +49,39 @@ def run(ctx, steps, s=None):
 
 @pytest.mark.parametrize("release", releases.NAMES)
 def test_decode_commits_only_once_every_prefill_rank_reported(release):
-    """The shortest completion takes both ranks' writes and two D3 polls: the
-    first report leaves the request in the transfer queue."""
+    """The shortest completion takes both ranks' writes, both reports applied
+    by decode's thread as they arrive, and one D3 poll: after the first
+    report the room counts one rank and is not Success."""
     v = trace(releases.get(release), ONE, COMPLETES)
     assert v.verdict == "holds"  # a reachability property holds once reached
     steps = v.trace.steps
     writes = [s.arg for s in steps if s.action == "xfer_write"]
     assert sorted(writes) == [(0,), (1,)]
+    reports = [i for i, s in enumerate(steps) if s.action == "d_recv_status"]
+    assert sorted(steps[i].arg for i in reports) == [(0,), (1,)]
+    first = v.trace.states[reports[0] + 1]
+    assert len(first.d_rooms[0].responded) == 1
+    assert first.d_rooms[0].status == KVPoll.WaitingForInput
     polls = [i for i, s in enumerate(steps) if s.action == "d_transferred"]
-    assert len(polls) == 2
-    first = v.trace.states[polls[0] + 1]
-    assert first.d[0].stage is DStage.TRANSFER and len(first.d_rooms[0].responded) == 1
-    assert v.trace.states[polls[1] + 1].d[0].stage is DStage.WAITING
+    assert len(polls) == 1 and polls[0] > reports[1]
+    assert v.trace.states[polls[0] + 1].d[0].stage is DStage.WAITING
+
+
+def test_a_prefill_ranks_reports_and_acks_arrive_in_the_order_sent():
+    """One socket per (prefill rank, decode endpoint) carries both, across
+    rooms: an ack waits for every older message of its prefill rank to its
+    decode rank, and a report (sent to every decode rank) for every older
+    message of its prefill rank."""
+    from reqmodel.model.actions.transport import p_to_d_heads
+    from reqmodel.model.state import MsgKind
+    s = initial_state(PREFILL_TP)
+    status0 = Msg(MsgKind.status, 0, poll=KVPoll.Success, prank=1)
+    ack0 = Msg(MsgKind.ack, 0, rank=0, prank=1)
+    status1 = Msg(MsgKind.status, 1, poll=KVPoll.Success, prank=0)
+    s = attrs.evolve(s, net=(status0, ack0, status1))
+    assert p_to_d_heads(s) == (status0, status1)  # rank 0's channel is not behind rank 1's
+    s = attrs.evolve(s, net=(ack0, status0))
+    assert p_to_d_heads(s) == (ack0,)
 
 
 def test_the_prefill_scheduler_sees_the_least_of_its_ranks_polls():
@@ -146,24 +167,38 @@ def _mixed_commit(pre, step, evs, post):
     return True
 
 
-@pytest.mark.parametrize("release", ["0.5.19", "0.5.22"])
+@pytest.mark.parametrize("release", releases.NAMES)
 def test_a_stale_report_completes_the_later_requests_response_count(release):
     """prefill_response_tracker[room] is a set of prefill ranks, not of
-    (request, rank): request 0's rank-1 Success, still on the wire when
-    request 1 reuses the room, joins request 1's own rank-0 Success, and
-    decode commits with rank 1's heads of the page never written for
-    request 1.  The aux room check passes: request 1's own rank 0 wrote it.
-    (The shortest commit-after-all-ranks trace commits on two stale reports;
-    this is the form only several prefill ranks have.)"""
+    (request, rank), so a commit can count request 1's own rank-0 Success and
+    request 0's rank-1 Success, with rank 1's heads of the page never written
+    for request 1.  The aux room check passes: request 1's own rank 0 wrote
+    it.  A report of request 0's sent before request 1 reused the room cannot
+    be that report: it reaches decode before the drain ack behind it on the
+    same socket, and the ack is what frees the page for request 1.  What
+    remains is a report written after request 1 re-opened the room on
+    prefill (``conclude_transfer`` sends nothing for a cleared room from
+    0.5.20): request 0's chunk still queued on that rank when the ABORT found
+    nothing dequeued and acked at once (mc 21:2110-2116: counted at dequeue),
+    dequeued after request 1's metadata re-created the room, so it writes
+    request 0's heads into request 1's page; or, on 0.5.20, which frees an
+    un-notified page without waiting for acks, request 0's write in flight
+    landing once request 1's sender has re-created the room."""
     prop = properties.Property(name="no-mixed-commit", kind="always", ref="test", text="",
                                transition=_mixed_commit)
     ex = explore.explore(releases.get(release), PREFILL_TP, [prop])
     v = ex.verdicts[prop.name]
     assert v.verdict == "violated"
-    last = v.trace.steps[-1]
+    steps = v.trace.steps
+    last = steps[-1]
     assert last.action == "d_transferred" and last.rid == 1
     commit = next(e for e in v.trace.events[-1] if isinstance(e, Commit))
-    assert sorted(commit.counted) in ([(0, 1), (1, 0)], [(0, 0), (1, 1)])
+    (q, _), = [x for x in commit.counted if x[1] == 0]  # the stale rank
+    stale_write = max(i for i, s in enumerate(steps)
+                      if s.action == "xfer_write" and s.rid == 0 and s.arg == (q,))
+    reopened = steps.index(actions.Step("p_door", 1))
+    acks = [i for i, s in enumerate(steps) if s.action == "d_recv_ack" and s.arg == (0, q)]
+    assert reopened < stale_write and all(i < stale_write for i in acks)
     pre = v.trace.states[-2]
     slot = pre.d_slots[pre.d[1].meta_slot]
     assert slot.room == PREFILL_TP.room_id(1)  # the commit check passes

@@ -113,7 +113,7 @@ def test_an_ack_sent_before_a_queued_chunk_frees_the_page_it_lands_in():
     found no read on this variant.)"""
     read = properties.CATALOG["no-foreign-kv-read"]
     for name in releases.NAMES:
-        assert verdict(releases.get(name), ONE_PAGE, read) == ("violated", 22)
+        assert verdict(releases.get(name), ONE_PAGE, read) == ("violated", 23)
     ex = explore.explore(releases.get("0.5.22"), ONE_PAGE, [read])
     steps = [(s.action, s.rid) for s in ex.verdicts[read.name].trace.steps]
     # the earlier request's hold ends on the ack, the later request takes the
@@ -136,7 +136,7 @@ def test_a_failed_status_entry_keeps_the_later_request_out_from_0_5_20():
     assert verdict(r22, ROOM_REUSE, ACK)[0] == "holds"
     assert verdict(r22, ROOM_REUSE, popped)[0] == "holds"
     merged = attrs.evolve(r22, update_status=releases.get("0.5.19").update_status)
-    assert verdict(merged, ROOM_REUSE, ACK) == ("violated", 17)
+    assert verdict(merged, ROOM_REUSE, ACK) == ("violated", 18)
     assert verdict(merged, ROOM_REUSE, popped) == ("violated", 14)
 
 
@@ -198,7 +198,7 @@ def test_a_third_request_of_the_room_polls_what_a_drain_ack_popped_from_0_5_21()
     sc = scenario.builtin("room-reuse-three")
     popped = properties.CATALOG["no-poll-of-popped-room"]
     for name in releases.NAMES:
-        expected = ("holds", None) if name in ("0.5.19", "0.5.20") else ("violated", 23)
+        expected = ("holds", None) if name in ("0.5.19", "0.5.20") else ("violated", 24)
         assert verdict(releases.get(name), sc, popped) == expected, name
     # deferred release is what keeps request 0's receiver alive until the ack
     off = attrs.evolve(sc, deferred_release=False)
@@ -209,7 +209,7 @@ def test_a_third_request_of_the_room_polls_what_a_drain_ack_popped_from_0_5_21()
     r20, r21 = releases.get("0.5.20"), releases.get("0.5.21")
     assert verdict(attrs.evolve(r21, hold_unnotified=False), sc, popped) == ("holds", None)
     assert verdict(attrs.evolve(r20, deferred_release_default=True, hold_unnotified=True),
-                   sc, popped) == ("violated", 23)
+                   sc, popped) == ("violated", 24)
 
 
 def test_a_transfer_failure_is_the_named_requests_own():
@@ -236,7 +236,7 @@ def test_a_transfer_failure_is_the_named_requests_own():
     assert s.rooms[0].status == KVPoll.Failed and not s.msgs("chunk", 0)
     assert not s.msgs("write", 0) and not s.msgs("stray", 0) and s.rooms[0].outstanding == 0
     s = _run(ctx, [
-        Step("p_inflight", 0), Step("d_transferred", 0),
+        Step("p_inflight", 0), Step("d_recv_status", 0), Step("d_transferred", 0),
         Step("p_intake", 1), Step("d_intake", 1), Step("p_recv_abort", 0), Step("p_door", 1),
         Step("d_recv_ack", 0), Step("d_door", 1), Step("d_prealloc", 1, (0, (0,))),
         Step("p_recv_metadata", 1), Step("p_pop_bootstrapped", 1), Step("p_forward", 1),

@@ -35,8 +35,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
-from reqmodel.model.state import (D_TO_P, DecodeReq, DRoom, MetaSlot, Msg, Page, PrefillReq,
-                                  replace, Room, State)
+from reqmodel.model.state import (D_TO_P, DecodeReq, DRoom, MetaSlot, Msg, P_TO_D, Page,
+                                  PrefillReq, replace, Room, State)
 
 RANKED = D_TO_P + ("ack",)  # messages whose rank field names a decode rank
 DEST = ("metadata", "write", "stray")  # messages whose pages and slot name decode's pages and slots
@@ -151,7 +151,7 @@ def permute_prefill_ranks(s: State, perm: Sequence[int]) -> State:
     d_rooms = tuple(replace(t, acked=tuple(sorted((k, perm[q], o) for k, q, o in t.acked)),
                             responded=tuple(sorted((perm[q], o) for q, o in t.responded)))
                     for t in s.d_rooms)
-    net = tuple(sorted((replace(m, prank=perm[m.prank]) for m in s.net), key=_msg_order(s)))
+    net = _channel_order(s, [replace(m, prank=perm[m.prank]) for m in s.net])
     return replace(s, rooms=rooms, d_pages=tuple(page(pg) for pg in s.d_pages),
                    d_rooms=d_rooms, net=net)
 
@@ -159,7 +159,7 @@ def permute_prefill_ranks(s: State, perm: Sequence[int]) -> State:
 def permute_ranks(s: State, perm: Sequence[int]) -> State:
     """Rename decode rank k to ``perm[k]`` everywhere a rank is named: each
     request's per-rank ABORT/ACK state, each room's ack targets and peers,
-    and the messages (re-sorted: each (room, rank) channel keeps its order)."""
+    and the messages (re-sorted: each channel keeps its order)."""
     def ks(xs):
         return tuple(sorted(perm[k] for k in xs))
 
@@ -169,8 +169,8 @@ def permute_ranks(s: State, perm: Sequence[int]) -> State:
     rooms = tuple(replace(rm, ack_to=first(rm.ack_to), peers=ks(rm.peers)) for rm in s.rooms)
     d_rooms = tuple(replace(t, armed=first(t.armed), acked=first(t.acked)) for t in s.d_rooms)
     # ranks are permuted only with one prefill rank (scenario: not both above 1)
-    net = tuple(sorted((replace(m, rank=perm[m.rank]) if m.kind in RANKED else m for m in s.net),
-                       key=_msg_order(s)))
+    net = _channel_order(s, [replace(m, rank=perm[m.rank]) if m.kind in RANKED else m
+                             for m in s.net])
     return replace(s, d=d, rooms=rooms, net=net, d_rooms=d_rooms)
 
 
@@ -277,9 +277,8 @@ def _permute_requests(s: State, pi: List[int]) -> State:
     meta = tuple(replace(sl, owner=_rename_rid(sl.owner, pi),
                               room=0 if sl.room == 0 else pi[sl.room - 1] + 1,
                               checksum=_rename_checksum(sl.checksum, pi)) for sl in s.d_slots)
-    net = tuple(sorted((replace(m, rid=pi[m.rid]) for m in s.net),
-                       key=_msg_order(s)))
-    # stable sort by room keeps each channel's order; re-sort is canonical
+    net = _channel_order(s, [replace(m, rid=pi[m.rid]) for m in s.net])
+    # the stable sort keeps each channel's order; re-sort is canonical
     rooms = tuple(replace(rm, ack_to=tuple(sorted((k, g, pi[o]) for k, g, o in rm.ack_to)))
                   for i in range(n) for rm in s.rooms_of_slot(inv[i]))
     d_rooms = tuple(replace(t, armed=tuple(sorted((k, g, pi[a]) for k, g, a in t.armed)),
@@ -318,19 +317,43 @@ def _relabel(s: State, page_map: Dict[int, int], slot_map: Dict[int, int]) -> St
     return replace(s, d=d, rooms=rooms, d_pages=tuple(pages), d_slots=tuple(slots), net=net)
 
 
-def _msg_order(s: State):
-    """The sort key of a message of ``s``: its channel.  A stable sort keeps
-    the order inside a FIFO channel (decode->prefill per room and decode rank:
-    metadata and abort; a room's transfer queue: chunks; a room's status
-    reports and acks) and orders the channels.  Requests that share a room
-    share its channels (``State.room_slots`` is fixed by every permutation)."""
-    def key(m: Msg):
-        channel = "d2p" if m.kind in D_TO_P else m.kind
-        return (s.room_slot(m.rid), channel, m.rank, m.prank)
-    return key
+def _channel_order(s: State, net) -> Tuple[Msg, ...]:
+    """The messages ``net`` (in flight in that order) sorted by channel: one
+    normal form for every interleaving of the channels that gives the same
+    sequence on each.  A stable sort on a per-message key keeps each FIFO
+    channel's order and orders the channels:
+    - decode->prefill, per (decode rank, prefill rank), metadata and abort,
+      whatever the room;
+    - prefill->decode, per prefill rank: a status report goes to every decode
+      rank, so it stays where it is among its rank's messages, while the acks
+      between two reports, to different decode ranks, commute and are sorted
+      by decode rank (``transport.p_to_d_heads``);
+    - a prefill rank's transfer queue: chunks, whatever the room
+      (``transfer._chunk_next``);
+    - a room's writes in flight and strays, each kind apart.
+    Requests that share a room share its channels (``State.room_slots`` is
+    fixed by every permutation)."""
+    reports: Dict[int, int] = {}  # prefill rank -> reports before this message
+    keys = []
+    for m in net:
+        if m.kind in D_TO_P:
+            keys.append((-1, "d2p", m.rank, m.prank))
+        elif m.kind in P_TO_D:
+            seen = reports.get(m.prank, 0)
+            if m.kind == "status":
+                keys.append((-1, "p2d", m.prank, seen, 1, 0))
+                reports[m.prank] = seen + 1
+            else:
+                keys.append((-1, "p2d", m.prank, seen, 0, m.rank))
+        elif m.kind == "chunk":
+            keys.append((-1, "chunk", 0, m.prank))
+        else:
+            keys.append((s.room_slot(m.rid), m.kind, m.rank, m.prank))
+    order = sorted(range(len(net)), key=keys.__getitem__)
+    return tuple(net[i] for i in order)
 
 
 def canonical_net_order(s: State) -> State:
     """Messages of different channels commute; keep each channel's order."""
-    net = tuple(sorted(s.net, key=_msg_order(s)))
+    net = _channel_order(s, s.net)
     return s if net == s.net else replace(s, net=net)

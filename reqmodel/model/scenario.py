@@ -116,6 +116,14 @@ class Scenario:
     # both responses), or from "decode" alone (the client stops waiting once
     # the generated text is in)
     reuse_room_after: str = "both"
+    # which Mooncake transfer queue carries a request's chunks on a prefill
+    # rank: "shared", one queue and worker thread for every request (one
+    # prefill scheduler sending to one decode instance: every room names the
+    # same destination sessions, and the queue is chosen by them, mc
+    # 19:2243-2248); "per-request", each request's own (requests prefilled by
+    # different prefill instances or DP ranks, each with its own KV manager,
+    # into one decode instance)
+    transfer_queues: str = "shared"
 
     @property
     def n(self) -> int:
@@ -161,7 +169,7 @@ _DECODE = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
            "metadata_buffers", "radix_cache", "ranks"}
 _OPTIONS = {"optimistic_prefill_attempts", "deferred_release", "layouts_match",
             "sessions", "hybrid_mamba", "result_timing", "reuse_room_after",
-            "decode_host_receive"}
+            "decode_host_receive", "transfer_queues"}
 EVENT_NAMES = tuple(f.name for f in attrs.fields(Events))
 _EVENTS = set(EVENT_NAMES)
 
@@ -274,6 +282,21 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
     if reuse_after not in ("both", "decode"):
         raise ScenarioError(
             f'options.reuse_room_after must be "both" or "decode", got {reuse_after!r}')
+    queues = _get("options.", options, "transfer_queues", str, "shared")
+    if queues not in ("shared", "per-request"):
+        raise ScenarioError(
+            f'options.transfer_queues must be "shared" or "per-request", got {queues!r}')
+    if queues == "per-request":
+        # the model keeps one prefill pool and one KV manager per rank: it can
+        # stand for several prefill instances only where they do not meet there
+        if len(set(rooms)) < len(rooms):
+            raise ScenarioError(
+                'options.transfer_queues = "per-request" needs a bootstrap_room per request '
+                "(each prefill instance has its own KV manager and room table)")
+        if prefill.pool_pages < sum(prompts):
+            raise ScenarioError(
+                'options.transfer_queues = "per-request" needs [prefill] pool_pages of at least '
+                f"the prompts' sum ({sum(prompts)}): each prefill instance has its own pool")
     if _get("options.", options, "decode_host_receive", bool, False):
         _refuse_host_receive()
     events = data.get("events", {})
@@ -296,6 +319,7 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
         events=ev,
         bootstrap_rooms=tuple(rooms),
         reuse_room_after=reuse_after,
+        transfer_queues=queues,
     )
     weight = sum(p + 3 for p in sc.prompt_pages) + sum(
         2 * len(targets) for targets in attrs.astuple(ev, recurse=False)) + (
@@ -335,6 +359,8 @@ def to_dict(sc: Scenario) -> Dict[str, Any]:
             "layouts_match": sc.layouts_match, "sessions": sc.sessions,
             "hybrid_mamba": sc.hybrid_mamba, "result_timing": sc.result_timing,
             "reuse_room_after": sc.reuse_room_after,
+            **({"transfer_queues": sc.transfer_queues}
+               if sc.transfer_queues != "shared" else {}),
         },
         "events": ev,
     }

@@ -310,6 +310,16 @@ class MsgKind(enum.StrEnum):
 # reduction must not reorder them.
 D_TO_P = (MsgKind.metadata, MsgKind.abort)
 
+# Message kinds that travel prefill -> decode: a prefill rank's status reports
+# (``sync_status_to_decode_endpoint`` mc 19:1631-1642, ``send_kv_status_message``
+# cc 21:501-524) and its ABORT_ACKs (mc 19:2073-2080, ``_send_abort_ack`` cc
+# 21:670-686) go through ``_send_multipart_locked``: one cached PUSH socket per
+# decode endpoint in the rank's KV manager (cc 19:859-906, 21:1214-1260), whatever
+# the room, and decode's one ``decode_thread`` applies them in arrival order (mc
+# 19:2140-2206; cc 21:597-627).  A status goes to every decode rank of the room,
+# an ack to one: FIFO per (prefill rank, decode rank), across rooms.
+P_TO_D = (MsgKind.status, MsgKind.ack)
+
 
 @attrs.frozen(order=True, cache_hash=True)
 class Msg:
@@ -321,7 +331,8 @@ class Msg:
     flight), ``stray`` (a write whose batch failed: the worker has moved on,
     the write has not landed yet), ``status`` (worker->D KVPoll), ``abort`` (D->P ABORT), ``ack``
     (P->D ABORT_ACK).  Decode->prefill messages travel on one FIFO
-    channel per (room, decode rank).
+    channel per (decode rank, prefill rank), prefill->decode ones on one per
+    (prefill rank, decode rank), each across rooms (``D_TO_P``, ``P_TO_D``).
     """
 
     kind: MsgKind = attrs.field(converter=MsgKind)

@@ -15,8 +15,8 @@ from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, notify_abort
                                               receiver_fail, receiver_init, receiver_poll, room_id,
                                               set_d_room)
 from reqmodel.model.actions.req import run_retire_cleanup, stream_d, validate_intake
-from reqmodel.model.actions.transport import (channels, consume, own_msg, own_ranks, prank_args,
-                                              prank_of, rank_msgs, send)
+from reqmodel.model.actions.transport import (arriving, channels, consume, prank_args, prank_of,
+                                              send)
 from reqmodel.model.guards import is_aborted
 from reqmodel.model.state import (ABORT_400, ABORT_500, DecodeReq, DRoom, DStage, KVPoll, LENGTH,
                                   MetaSlot, Msg, MsgKind, PrefillReq, PStage, replace, State)
@@ -221,49 +221,69 @@ def d_release(c: Ctx, s: State, r: int) -> State:
     return set_d(s, r, pages=(), meta_slot=-1, has_receiver=False)
 
 
+def _status_arrives(c, s, r):
+    """A status report of request r's transfer is the next message of its
+    prefill rank's channel, and decode still tracks the room."""
+    return bool(arriving(s, "status", r)) and d_room_of(c, s, r).status is not None
+
+
+def _arriving_ranks(c, s, r):
+    return prank_args(c, sorted({m.prank for m in arriving(s, "status", r)}))
+
+
+@action("decode", guard=_status_arrives, choices=_arriving_ranks, arg_names=PRANK_ARG)
+def d_recv_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """Decode's ``decode_thread`` applies one prefill rank's status report on
+    arrival (mc 19:2140-2206; ``decode_thread`` mc 20:2318, 21:2580,
+    22:2971, 23:3043 calls ``apply_prefill_status`` cc 20:569-621,
+    21:589-641, 22:784-841, 23:921-977): a Success counts the rank in the
+    room's ``prefill_response_tracker`` and sets ``request_status[room]`` to
+    Success once every prefill rank is in it; a Failed records the failure
+    and sets Failed.  The report names the room and the rank, not the
+    request, so it counts for whichever request tracks the room now."""
+    msg = next(m for m in arriving(s, "status", r) if m.prank == prank_of(arg))
+    s = consume(s, msg)
+    if msg.poll != KVPoll.Success:
+        return receiver_fail(c, s, r), ()
+    t = d_room_of(c, s, r)
+    q = msg.prank
+    responded = tuple(sorted({x for x in t.responded if x[0] != q} | {(q, msg.rid)}))
+    s = set_d_room(c, s, r, responded=responded)
+    if len(responded) >= c.scenario.prefill.ranks:
+        s = set_d_room(c, s, r, status=c.release.update_status(t.status, KVPoll.Success))
+    return s, ()
+
+
+def _late_status(c, s, r):
+    return bool(arriving(s, "status", r)) and d_room_of(c, s, r).status is None
+
+
+@action("decode", guard=_late_status, choices=_arriving_ranks, arg_names=PRANK_ARG)
+def d_drop_late_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """Decode's ``decode_thread`` drops a status report for a room it no
+    longer tracks (``apply_prefill_status``: "Dropping late status for cleared
+    room", cc 20:578-583, 23:930-935; 0.5.19 counts a Success only for a
+    room in ``request_status`` and its ``update_status`` never re-creates a
+    room as Failed, mc 19:2188-2206, cc 19:365-373)."""
+    msg = next(m for m in arriving(s, "status", r) if m.prank == prank_of(arg))
+    return consume(s, msg), (StatusDropped(r, "decode"),)
+
+
 def _transferred_ready(c, s, r):
-    req = s.d[r]
-    polled = receiver_poll(c, s, r)
-    return req.stage is DStage.TRANSFER and polled is not None and (
-        bool(s.room_msgs("status", r)) or polled == KVPoll.Failed)
+    return s.d[r].stage is DStage.TRANSFER and receiver_poll(c, s, r) in (KVPoll.Success,
+                                                                          KVPoll.Failed)
 
 
-def _report_choices(c, s, r):
-    """Prefill ranks with a status report on r's room in flight: reports of
-    different ranks arrive in any order."""
-    ranks = sorted({m.prank for m in s.room_msgs("status", r)})
-    return prank_args(c, ranks) if ranks else ((),)
-
-
-@action("decode", guard=_transferred_ready, choices=_report_choices, arg_names=PRANK_ARG)
+@action("decode", guard=_transferred_ready)
 def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """D3 ``pop_transferred`` (dc 2245/2331/2616/2728/2833).  Success: the
-    ``commit_check`` guard point on the slot's room (``_commit_transfer_to_req``),
-    then the waiting queue and the slot freed.  Failed: ``prepare_abort(500)``,
-    stream, then release now or hold until the drain ack (§5.5)."""
+    """D3 ``pop_transferred`` (dc 2245/2331/2616/2728/2833) polls the receiver
+    (``request_status[room]``, which ``decode_thread`` set).  Success: the
+    ``commit_check`` guard point on the slot's room
+    (``_commit_transfer_to_req``), then the waiting queue and the slot freed.
+    Failed: ``prepare_abort(500)``, stream, then release now or hold until
+    the drain ack (§5.5)."""
     req = s.d[r]
-    status = rank_msgs(s, "status", r, prank_of(arg))
-    if status:
-        # decode's KV manager thread applies the report to request_status[room]
-        # (mc 19:2188-2206, cc 20:569-614 ... 23:930-975): a Success counts in
-        # the room's prefill_response_tracker if the room is tracked, and sets
-        # Success once every prefill rank is in it; Failed never re-creates one
-        s = consume(s, status[0])
-        if status[0].poll == KVPoll.Success:
-            t = d_room_of(c, s, r)
-            if t.status is not None:
-                q = status[0].prank
-                responded = tuple(sorted({x for x in t.responded if x[0] != q}
-                                         | {(q, status[0].rid)}))
-                s = set_d_room(c, s, r, responded=responded)
-                if len(responded) >= c.scenario.prefill.ranks:
-                    s = set_d_room(c, s, r, status=c.release.update_status(t.status, KVPoll.Success))
-        else:
-            s = receiver_fail(c, s, r)
-    poll = receiver_poll(c, s, r)
-    if poll is not None and poll not in (KVPoll.Success, KVPoll.Failed):
-        return s, ()  # not every prefill rank has reported yet
-    if poll == KVPoll.Success:
+    if receiver_poll(c, s, r) == KVPoll.Success:
         counted = d_room_of(c, s, r).responded
         slot = s.d_slots[req.meta_slot]
         refused = c.release.commit_check(req, slot, room_id(c, r))
@@ -302,32 +322,6 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = set_d(s, r, stage=DStage.HELD, held=holders)
     s, ev2 = resolve_held(c, s, r)
     return s, evs + ev2
-
-
-def _late_status(c, s, r):
-    sc = c.scenario
-    if not sc.shares_rooms or not s.msgs("status", r):
-        return False
-    users = sc.room_users(r)
-    if any(s.d[u].has_receiver for u in users):
-        return False
-    # only a later user of the room could still take it: elsewhere the message
-    # is inert, and leaving it in flight merges states (notes/design.md)
-    return any(s.d[u].stage in (DStage.ABSENT, DStage.DOOR) for u in users)
-
-
-@action("decode", guard=_late_status,
-        choices=lambda c, s, r: prank_args(c, own_ranks(s, "status", r)),
-        arg_names=PRANK_ARG)
-def d_drop_late_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """Decode's KV manager drops a prefill status for a room it no longer
-    tracks (``apply_prefill_status``: "Dropping late status for cleared room",
-    cc 20:578-583, 23:930-935; 0.5.19 checks ``request_status`` before counting
-    a Success and never resurrects a room with Failed, mc 19:2188-2206,
-    cc 19:365-373).  Once a later request of the room has its receiver, the
-    same message counts as that request's."""
-    q = prank_of(arg)
-    return consume(s, own_msg(s, "status", r, q)), (StatusDropped(r, "decode"),)
 
 
 def _status_popped(c, s, r):

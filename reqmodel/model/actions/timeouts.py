@@ -13,7 +13,8 @@ from reqmodel.model.actions.core import (action, CHANNEL_ARG, Ctx, Effect, Event
 from reqmodel.model.actions.decode import do_release, resolve_held
 from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, notify_abort, receiver_fail,
                                               receiver_poll, record_failure, room_of, set_d_room)
-from reqmodel.model.actions.transport import channel_args, consume, prank_of, rank_args, rank_of
+from reqmodel.model.actions.transport import (arriving, channel_args, consume, prank_of, rank_args,
+                                              rank_of)
 from reqmodel.model.state import DStage, KVPoll, PStage, State
 
 
@@ -63,22 +64,23 @@ def d_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 
 def _ack_arrived(c, s, r):
-    return bool(s.msgs("ack", r))
+    return bool(arriving(s, "ack", r))
 
 
 def _ack_channels(c, s, r):
-    return channel_args(c, sorted({(m.rank, m.prank) for m in s.msgs("ack", r)}))
+    return channel_args(c, sorted({(m.rank, m.prank) for m in arriving(s, "ack", r)}))
 
 
 @action("decode", guard=_ack_arrived, choices=_ack_channels, arg_names=CHANNEL_ARG)
 def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """An ABORT_ACK answering request r's ABORT reaches one decode rank
-    (``note_abort_ack(room)``, cc 19:391-396; 0.5.22+ ``handle_abort_ack_message``,
+    """An ABORT_ACK answering request r's ABORT reaches one decode rank, behind
+    every older report and ack of its prefill rank to that decode rank
+    (``transport.P_TO_D``; ``note_abort_ack(room)``, cc 19:391-396; 0.5.22+ ``handle_abort_ack_message``,
     cc 22:853-876): counted by the room's tracker on that rank if it is armed
     and, from 0.5.22, for the generation it armed; every held request of the
     room then re-checks (``resolve_deferred_releases`` -> ``_do_release``)."""
     k, q = rank_of(arg), prank_of(arg, 1)
-    msg = next(m for m in s.msgs("ack", r) if m.rank == k and m.prank == q)
+    msg = next(m for m in arriving(s, "ack", r) if m.rank == k and m.prank == q)
     s = consume(s, msg)
     t = d_room_of(c, s, r)
     armed = {rank: gen for rank, gen, _ in t.armed}

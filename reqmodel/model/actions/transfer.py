@@ -19,24 +19,35 @@ from reqmodel.model.actions.transport import (arrival_of, consume, next_d_to_p,
 from reqmodel.model.state import DStage, KVPoll, Msg, MsgKind, PStage, replace, State
 
 
-def _worker_busy(s: State, r: int, q: int) -> bool:
-    return bool(rank_msgs(s, "write", r, q))
+def _worker_busy(c: Ctx, s: State, r: int, q: int) -> bool:
+    """Prefill rank q's worker that takes r's chunks has a write in flight:
+    ``batch_transfer_sync`` waits for it (mc 19:1760-1900)."""
+    shared = c.scenario.transfer_queues == "shared"
+    return any(m.kind == "write" and m.prank == q and (shared or m.rid == r) for m in s.net)
 
 
-def _chunk_next(s: State, r: int, q: int) -> bool:
-    """Prefill rank q's worker can take r's chunk: the oldest chunk of r's
-    room on that rank is r's (the queue of a room is FIFO), and the worker is
-    not busy with the room: one queue per destination session, one worker
-    thread per queue, so a room's chunks are handled one at a time."""
-    queue = rank_msgs(s, "chunk", r, q)
-    return bool(queue) and queue[0].rid == r and not _worker_busy(s, r, q)
-
-
+def _chunk_next(c: Ctx, s: State, r: int, q: int) -> bool:
+    """Prefill rank q's worker can take r's chunk: r's chunk is the oldest on
+    its queue and the worker has no write in flight.  ``add_transfer_request``
+    puts a room's chunks on the queue its destination sessions pick
+    (``shard_idx = session_port_sum % len(queues)``, mc 19:2243-2248,
+    21:2672-2677), and one worker thread drains each queue.  With
+    ``transfer_queues = "shared"`` every request's chunks are on one queue per
+    prefill rank: every room of the one decode instance names the same
+    sessions.  With "per-request" each request has its own (another prefill
+    instance's KV manager)."""
+    if _worker_busy(c, s, r, q):
+        return False
+    shared = c.scenario.transfer_queues == "shared"
+    for m in s.net:
+        if m.kind == "chunk" and m.prank == q and (shared or m.rid == r):
+            return m.rid == r
+    return False
 def _queued_ranks(c, s, r):
     """Prefill ranks whose worker can take r's chunk (``_chunk_next``)."""
     if not s.net:
         return []
-    return [q for q in pranks(c) if _chunk_next(s, r, q)]
+    return [q for q in pranks(c) if _chunk_next(c, s, r, q)]
 
 
 def _chunk_queued(c, s, r):
@@ -108,9 +119,19 @@ def xfer_write(c: Ctx, s: State, r: int, arg=()) -> Effect:
         final = KVPoll.Success
         if c.release.conclude_transfer and (room.failure_record or room.status == KVPoll.Failed):
             final = KVPoll.Failed
-        s = update_status(c, s, r, final, q)
-        s = send(s, Msg(MsgKind.status, r, poll=final, prank=q))
+        if not _concluded_cleared(c, room):
+            s = update_status(c, s, r, final, q)
+            s = send(s, Msg(MsgKind.status, r, poll=final, prank=q))
     return worker_done(c, s, r, msg.last, q), evs
+
+
+def _concluded_cleared(c: Ctx, room) -> bool:
+    """``conclude_transfer`` (from 0.5.20) returns at once for a room the
+    sender has cleared: no failure record, no status, nothing sent to decode
+    ("Concluding now would re-create it in request_status", cc 20:520-525,
+    21:540-545, 22:731-736, 23:868-873).  0.5.19 updates and sends whatever
+    the room (mc 19:1723-1736, 19:1930-1945)."""
+    return c.release.conclude_transfer and room.status is None
 
 
 def worker_done(c: Ctx, s: State, r: int, last: bool, q: int = 0) -> State:
@@ -169,7 +190,7 @@ def _failing_ranks(c, s, r):
         room = room_of(c, s, r, q)
         writing = any(m.rid == r for m in rank_msgs(s, "write", r, q))
         if (room.status in (KVPoll.WaitingForInput, KVPoll.Transferring) and room.dst is not None
-                and (writing or (ours and _chunk_next(s, r, q)))):
+                and (writing or (ours and _chunk_next(c, s, r, q)))):
             out.append(q)
     return out
 
@@ -195,7 +216,8 @@ def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
     failed"): the chunk is dequeued and counted (mc 19:1670-1676), nothing is
     written and nothing poisoned, and the chunk is finished as usual (mc
     19:1968-1991).  Only prefill rank q's KV manager fails; the others go
-    on."""
+    on.  From 0.5.20 the record and the report go through
+    ``conclude_failure``, which does nothing for a cleared room."""
     q = prank_of(arg)
     inflight = rank_msgs(s, "write", r, q)
     if inflight:
@@ -207,10 +229,11 @@ def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
         last = chunk.last
         s = consume(s, chunk)
         s = set_room(c, s, r, q=q, outstanding=room_of(c, s, r, q).outstanding + 1)
-    s = record_failure(c, s, r, q)
     if inflight and c.release.poison_failed_rooms:
         s = set_room(c, s, r, q=q, poisoned=True, ack_to=())
-    s = send(s, Msg(MsgKind.status, r, poll=KVPoll.Failed, prank=q))
+    if not _concluded_cleared(c, room_of(c, s, r, q)):
+        s = record_failure(c, s, r, q)
+        s = send(s, Msg(MsgKind.status, r, poll=KVPoll.Failed, prank=q))
     return worker_done(c, s, r, last, q), ()
 
 

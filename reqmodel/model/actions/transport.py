@@ -1,8 +1,19 @@
 """Messages in flight: putting a message on the network and taking it off,
-the decode->prefill FIFO channels (one per room, decode rank and prefill
-rank: ``send_metadata`` and ``receiver.abort`` share one cached ZMQ
-connection per bootstrap endpoint, cc 21:1962-1967, 2050-2062), and the
-rank and channel choices of the actions that name one.
+the FIFO channels, and the rank and channel choices of the actions that
+name one.
+
+The channels are the code's sockets, whatever the room:
+- decode->prefill, one per (decode rank, prefill rank): ``send_metadata``
+  and ``receiver.abort`` go through the receiver class's one cached PUSH
+  socket per bootstrap endpoint (``_connect_to_bootstrap_server``, cc
+  19:1576-1580, 21:1962-1967) from decode's scheduler thread, and prefill's
+  bootstrap thread takes them off its one server socket in order;
+- prefill->decode, one per (prefill rank, decode rank): a rank's status
+  reports and ABORT_ACKs share its KV manager's cached socket per decode
+  endpoint (``_send_multipart_locked``, cc 19:899-906, 21:1254-1260), and
+  decode's ``decode_thread`` applies them as they arrive (``P_TO_D``).
+A status report goes to every decode rank of the room (one message here, so
+it is the head of every one of its rank's channels at once); an ack to one.
 
 Releases differ only through ``ctx.release``; docstrings cite the SGLang
 code per release (``a/b/c/d/e`` = lines in 0.5.19/20/21/22/23)."""
@@ -12,7 +23,7 @@ import functools
 from typing import Iterable, List, Optional, Tuple
 
 from reqmodel.model.actions.core import Ctx
-from reqmodel.model.state import D_TO_P, Msg, replace, State
+from reqmodel.model.state import D_TO_P, Msg, MsgKind, P_TO_D, replace, State
 
 
 def send(s: State, msg: Msg) -> State:
@@ -25,15 +36,42 @@ def consume(s: State, msg: Msg) -> State:
 
 
 def next_d_to_p(c: Ctx, s: State, r: int, rank: int = 0, q: int = 0) -> Optional[Msg]:
-    """The oldest decode->prefill message of r's room from decode rank ``rank``
-    to prefill rank ``q``, if request r sent it: ``send_metadata`` and
-    ``receiver.abort`` share the cached socket to that bootstrap endpoint, so
-    they arrive in order."""
-    k = s.room_slot(r)
+    """The oldest decode->prefill message from decode rank ``rank`` to prefill
+    rank ``q``, whatever its room, if request r sent it."""
     for m in s.net:
-        if m.kind in D_TO_P and m.rank == rank and m.prank == q and s.room_slot(m.rid) == k:
+        if m.kind in D_TO_P and m.rank == rank and m.prank == q:
             return m if m.rid == r else None
     return None
+
+
+def p_to_d_heads(s: State) -> Tuple[Msg, ...]:
+    """The prefill->decode messages that can arrive next: each the oldest of
+    its prefill rank on every decode rank it goes to (a status report goes to
+    all of them, an ack to its ``rank``)."""
+    heads = []
+    behind_all = set()  # prefill ranks with a status in flight: every channel is behind it
+    behind = set()  # (prefill rank, decode rank) channels with an older message
+    started = set()  # prefill ranks with any older message
+    for m in s.net:
+        if m.kind not in P_TO_D or m.prank in behind_all:
+            continue
+        if m.kind is MsgKind.status:
+            if m.prank not in started:
+                heads.append(m)
+            behind_all.add(m.prank)
+        else:
+            if (m.prank, m.rank) not in behind:
+                heads.append(m)
+            behind.add((m.prank, m.rank))
+        started.add(m.prank)
+    return tuple(heads)
+
+
+def arriving(s: State, kind: str, r: int) -> Tuple[Msg, ...]:
+    """Request r's own messages of one prefill->decode kind that can arrive next."""
+    if not s.net:
+        return ()
+    return tuple(m for m in p_to_d_heads(s) if m.kind == kind and m.rid == r)
 
 
 def rank_of(arg: Tuple) -> int:
