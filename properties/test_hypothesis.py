@@ -54,8 +54,6 @@ def test_nothing_found_where_the_table_says_holds(hprofile, sc, release):
 # search improves and finds one, the test fails until the cell is taken off
 # this list.
 NOT_FOUND_BY_CI = {
-    **{("no-foreign-kv-read", "optimistic-abort-unit", rel):
-       "four orderings at once: 0 to 1 run in 10,000" for rel in ("0.5.19", "0.5.20")},
     # issue #3's in-flight writes: decode releases, another request takes the
     # page, and the chunk lands before prefill has processed the ABORT
     **{("no-reuse-during-inflight-write", sc, rel): f"a write racing the abort: {pct} of runs"
@@ -64,8 +62,6 @@ NOT_FOUND_BY_CI = {
     **{("no-foreign-kv-read", "inflight-reuse", rel):
        "a write racing the abort and landing after the next request's own write: "
        "1 to 3 runs in 10,000" for rel in ("0.5.19", "0.5.21", "0.5.22")},
-    ("no-foreign-kv-read", "transfer-failure", "0.5.20"):
-        "a failed transfer's stray write landing in the next request's page: 0.06 % of runs",
     ("commit-after-all-ranks", "room-reuse", "0.5.22"):
         "a chunk queued through a client's round trip and the next preallocation: "
         "0.02 to 0.08 % of runs",
@@ -79,9 +75,7 @@ NOT_FOUND_BY_CI = {
     # cells listed before are found now and were taken off; these are missed now
     # (measured by CI on this stop; per-run rates not measured yet)
     **{cell: "missed by the ci profile's draws since issue #22's crash steps"
-       for cell in (("no-reuse-during-inflight-write", "inflight-reuse", "0.5.21"),
-                    ("no-foreign-kv-read", "transfer-failure", "0.5.19"),
-                    ("no-foreign-kv-read", "inflight-reuse", "0.5.23"),
+       for cell in (("no-foreign-kv-read", "inflight-reuse", "0.5.23"),
                     ("commit-after-all-ranks", "room-reuse", "0.5.21"),
                     ("no-foreign-kv-read", "room-reuse", "0.5.21"))},
     # Since the correction "a transfer fails only for a chunk" (notes/verdicts.md,
@@ -93,15 +87,34 @@ NOT_FOUND_BY_CI = {
        "a failed write dequeued, then landing in the next request's page: "
        "missed by the ci profile since the chunk correction"
        for sc, rel in (("room-reuse-three", "0.5.21"), ("room-reuse-three", "0.5.22"),
-                       ("room-reuse-three", "0.5.23"), ("prefill-tp-failure", "0.5.19"),
-                       ("prefill-tp-failure", "0.5.20"), ("prefill-tp-failure", "0.5.21"))},
+                       ("room-reuse-three", "0.5.23"), ("prefill-tp-failure", "0.5.21"))},
     # an earlier request's write lands Success on the room a new sender
     # opened, then pop_bootstrapped runs
     **{("no-scheduler-crash", sc, rel):
        "a write landing inside the next request's bootstrap: not found by the ci profile"
        for sc, rel in (("prefill-tp", "0.5.20"), ("prefill-tp", "0.5.22"),
-                       ("room-reuse", "0.5.20"), ("room-reuse", "0.5.21"),
-                       ("room-reuse", "0.5.22"))},
+                       ("room-reuse", "0.5.20"), ("room-reuse", "0.5.21"))},
+    # Issue #23's socket and queue order: a status report is now its own step
+    # (decode's thread applies it on arrival), messages wait behind their
+    # socket's older ones, and a chunk waits for its rank's worker.  The
+    # draws moved: six cells listed above before are found now and were taken
+    # off; these are missed now (measured: pytest -n 2
+    # properties/test_hypothesis.py on this stop, and the misses again alone;
+    # per-run rates not measured)
+    **{cell: "missed by the ci profile's draws since issue #23's socket order"
+       for cell in (
+           ("commit-after-all-ranks", "room-reuse", "0.5.20"),
+           ("commit-after-all-ranks", "room-reuse", "0.5.23"),
+           ("drain-ack-reaches-every-rank", "room-reuse", "0.5.23"),
+           ("no-foreign-kv-read", "inflight-reuse", "0.5.20"),
+           ("no-foreign-kv-read", "room-reuse", "0.5.20"),
+           ("no-foreign-kv-read", "room-reuse", "0.5.23"),
+           ("no-foreign-kv-read", "transfer-failure", "0.5.21"),
+           ("no-reuse-during-inflight-write", "inflight-reuse", "0.5.19"),
+           ("no-scheduler-crash", "prefill-tp", "0.5.21"),
+           ("no-scheduler-crash", "prefill-tp", "0.5.23"),
+           ("no-scheduler-crash", "room-reuse", "0.5.23"),
+       )},
 }
 # the liveness cells are decided on the whole graph; the Hypothesis engine
 # checks only their deadlock form (tests/test_liveness.py)

@@ -16,7 +16,7 @@ RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
 
 # property -> (scenario, [cell per release])
 REFERENCE = {
-    "no-foreign-kv-read": ("incident", ["F27", "H", "H", "H", "H"]),
+    "no-foreign-kv-read": ("incident", ["F29", "H", "H", "H", "H"]),
     "rejected-never-succeeds": ("incident", ["F12", "H", "H", "H", "H"]),
     "pending-abort-not-overwritten": ("incident", ["F12", "H", "H", "H", "H"]),
     "no-late-result-side-effects": ("late-result-unit", ["F9", "H", "H", "H", "H"]),
@@ -26,8 +26,8 @@ REFERENCE = {
     "early-retire-runs-cleanup": ("incident", ["-", "-", "H", "H", "H"]),
     "reentry-not-retired": ("retract-abort", ["-", "-", "H", "H", "H"]),
     "aborted-not-preallocated": ("decode-reject", ["F3", "F3", "H", "H", "H"]),
-    "valid-request-completes": ("incident", ["R15", "R15", "R15", "R15", "R15"]),
-    "reentry-can-resume": ("retract-abort", ["R18", "R18", "R18", "R18", "R18"]),
+    "valid-request-completes": ("incident", ["R16", "R16", "R16", "R16", "R16"]),
+    "reentry-can-resume": ("retract-abort", ["R19", "R19", "R19", "R19", "R19"]),
 }
 
 # (property, scenario) -> cells: what the model establishes beyond the table
@@ -42,19 +42,19 @@ ESTABLISHED = {
     ("rejected-never-succeeds", "decode-reject"): ["H", "H", "H", "H", "H"],
     ("aborted-not-preallocated", "both-reject"): ["F3", "F3", "H", "H", "H"],
     # auto-truncate with unequal pools: no release compares lengths (#38704)
-    ("no-foreign-kv-read", "auto-truncate"): ["F28", "F28", "F28", "F28", "F28"],
+    ("no-foreign-kv-read", "auto-truncate"): ["F30", "F30", "F30", "F30", "F30"],
     # ... the checksum (0.5.21+, both roles) catches it before attention
-    ("no-foreign-kv-read", "auto-truncate-checksum"): ["F28", "F28", "H", "H", "H"],
+    ("no-foreign-kv-read", "auto-truncate-checksum"): ["F30", "F30", "H", "H", "H"],
     # an abort racing the handoff: decode frees pages a late chunk still writes
     # (deferral off by default before 0.5.21)
-    ("no-foreign-kv-read", "optimistic-abort-unit"): ["F26", "F26", "H", "H", "H"],
+    ("no-foreign-kv-read", "optimistic-abort-unit"): ["H", "H", "H", "H", "H"],
     ("no-foreign-kv-read", "late-result"): ["H", "H", "H", "H", "H"],
     ("valid-request-completes", "decode-reject"): ["-", "-", "-", "-", "-"],
     # R2 pause-retract of a request with a pending method-3 abort: the door is
     # skipped on is_rebootstrap and D2 reads only finished_reason (all releases)
-    ("aborted-not-preallocated", "pause-abort"): ["F17", "F17", "F17", "F17", "F17"],
+    ("aborted-not-preallocated", "pause-abort"): ["F18", "F18", "F18", "F18", "F18"],
     ("reentry-not-retired", "pause-abort"): ["-", "-", "H", "H", "H"],
-    ("reentry-can-resume", "pause-abort"): ["R28", "R28", "R28", "R28", "R28"],
+    ("reentry-can-resume", "pause-abort"): ["R30", "R30", "R30", "R30", "R30"],
     # issue #3, lifetime and ownership (notes/verdicts.md, "Lifetime")
     # a KV chunk lands in a decode page handed to another request: decode frees
     # an aborted request's pages at once (deferral off before 0.5.21), or when
@@ -65,12 +65,12 @@ ESTABLISHED = {
     ("no-reuse-during-inflight-write", "inflight-reuse"): ["F16", "F16", "F17", "F17", "F17"],
     ("no-reuse-during-inflight-write", "optimistic-abort-unit"): ["F16", "F16", "H", "H", "H"],
     ("no-reuse-during-inflight-write", "incident"): ["H", "H", "H", "H", "H"],
-    ("no-reuse-during-inflight-write", "transfer-failure"): ["F16", "F16", "F18", "H", "H"],
+    ("no-reuse-during-inflight-write", "transfer-failure"): ["F17", "F17", "F19", "H", "H"],
     ("no-reuse-during-inflight-write", "retract-abort"): ["H", "H", "H", "H", "H"],
-    ("no-foreign-kv-read", "transfer-failure"): ["F26", "F26", "F28", "H", "H"],
-    ("no-foreign-kv-read", "inflight-reuse"): ["F26", "F26", "F27", "F27", "F27"],
+    ("no-foreign-kv-read", "transfer-failure"): ["F28", "F28", "F30", "H", "H"],
+    ("no-foreign-kv-read", "inflight-reuse"): ["F28", "F28", "F29", "F29", "F29"],
     ("pending-abort-not-overwritten", "inflight-reuse"): ["F13", "H", "H", "H", "H"],
-    ("valid-request-completes", "inflight-reuse"): ["R15", "R15", "R15", "R15", "R15"],
+    ("valid-request-completes", "inflight-reuse"): ["R16", "R16", "R16", "R16", "R16"],
     # 0.5.19's update_status lets a later state replace Failed (cc 19:365-380)
     ("transfer-status-monotone", "inflight-reuse"): ["F7", "H", "H", "H", "H"],
     ("transfer-status-monotone", "late-result"): ["F7", "H", "H", "H", "H"],
@@ -83,9 +83,9 @@ ESTABLISHED = {
     ("transfer-status-monotone", "incident"): ["H", "H", "H", "H", "H"],
     # decode commits metadata that covers fewer pages than it reserved: no
     # release compares the lengths (#38704)
-    ("metadata-integrity", "incident"): ["F12", "H", "H", "H", "H"],
-    ("metadata-integrity", "auto-truncate"): ["F12", "F12", "F12", "F12", "F12"],
-    ("metadata-integrity", "auto-truncate-checksum"): ["F12", "F12", "F12", "F12", "F12"],
+    ("metadata-integrity", "incident"): ["F13", "H", "H", "H", "H"],
+    ("metadata-integrity", "auto-truncate"): ["F13", "F13", "F13", "F13", "F13"],
+    ("metadata-integrity", "auto-truncate-checksum"): ["F13", "F13", "F13", "F13", "F13"],
     ("metadata-integrity", "transfer-failure"): ["H", "H", "H", "H", "H"],
     ("metadata-integrity", "inflight-reuse"): ["H", "H", "H", "H", "H"],
     # issue #3, ABORT/ABORT_ACK across decode ranks (notes/verdicts.md): a
@@ -134,7 +134,7 @@ ESTABLISHED = {
     # re-creates a cleared room from the later request's metadata: the earlier
     # request's queued chunk is written into the later request's page and its
     # Success is the later request's, in every release
-    ("commit-after-all-ranks", "room-reuse"): ["F20", "F21", "F21", "F21", "F21"],
+    ("commit-after-all-ranks", "room-reuse"): ["F22", "F22", "F22", "F22", "F22"],
     ("commit-after-all-ranks", "inflight-reuse"): ["H", "H", "H", "H", "H"],
     ("commit-after-all-ranks", "incident"): ["H", "H", "H", "H", "H"],
     # the earlier request's release pops the tracker the later one armed
@@ -143,18 +143,18 @@ ESTABLISHED = {
     ("drain-ack-reaches-every-rank", "room-reuse"): ["F15", "F15", "H", "F16", "F16"],
     ("drain-ack-releases-hold", "room-reuse"): ["R8", "R8", "R8", "R8", "R8"],
     ("no-reuse-during-inflight-write", "room-reuse"): ["F17", "F17", "F17", "F17", "F17"],
-    ("no-foreign-kv-read", "room-reuse"): ["F21", "F22", "F22", "F22", "F22"],
+    ("no-foreign-kv-read", "room-reuse"): ["F23", "F23", "F23", "F23", "F23"],
     ("transfer-status-monotone", "room-reuse"): ["F7", "H", "H", "H", "H"],
     ("pending-abort-not-overwritten", "room-reuse"): ["F13", "H", "H", "H", "H"],
-    ("valid-request-completes", "room-reuse"): ["R15", "R15", "R15", "R15", "R15"],
+    ("valid-request-completes", "room-reuse"): ["R16", "R16", "R16", "R16", "R16"],
     # three requests on one room (notes/verdicts.md, "Larger scenarios"):
     # request 0's failed transfer is held (deferred release, the default from
     # 0.5.21, which also holds a failure decode never sent ABORT for:
     # hold_unnotified, dc 21:2692), request 1 is failed by request 0's late
     # ABORT, request 2's receiver creates decode's request_status entry, and
     # request 0's drain ack pops it under request 2's poll (KeyError)
-    ("no-poll-of-popped-room", "room-reuse-three"): ["H", "H", "F23", "F23", "F23"],
-    ("drain-ack-reaches-every-rank", "room-reuse-three"): ["H", "H", "H", "F16", "F16"],
+    ("no-poll-of-popped-room", "room-reuse-three"): ["H", "H", "F24", "F24", "F24"],
+    ("drain-ack-reaches-every-rank", "room-reuse-three"): ["H", "H", "H", "F17", "F17"],
     # room-state-released, commit-after-all-ranks and 0.5.19's
     # transfer-status-monotone failed here only while a transfer could fail
     # before prefill queued a chunk, leaving the chunk queued for the room's
@@ -163,10 +163,10 @@ ESTABLISHED = {
     ("room-state-released", "room-reuse-three"): ["H", "H", "H", "H", "H"],
     ("transfer-status-monotone", "room-reuse-three"): ["H", "H", "H", "H", "H"],
     ("commit-after-all-ranks", "room-reuse-three"): ["H", "H", "H", "H", "H"],
-    ("no-reuse-during-inflight-write", "room-reuse-three"): ["F17", "F17", "F19", "F21", "F21"],
-    ("no-foreign-kv-read", "room-reuse-three"): ["F27", "F27", "F29", "F35", "F35"],
+    ("no-reuse-during-inflight-write", "room-reuse-three"): ["F18", "F18", "F20", "F22", "F22"],
+    ("no-foreign-kv-read", "room-reuse-three"): ["F29", "F29", "F31", "F37", "F37"],
     ("ack-belongs-to-its-hold", "room-reuse-three"): ["H", "H", "H", "H", "H"],
-    ("valid-request-completes", "room-reuse-three"): ["R15", "R15", "R15", "R15", "R15"],
+    ("valid-request-completes", "room-reuse-three"): ["R16", "R16", "R16", "R16", "R16"],
     # issue #3, prefill TP = 2 (notes/verdicts.md, "Prefill TP"): decode counts
     # one Success report per prefill rank in prefill_response_tracker[room],
     # which names no request: with a reused room, reports of the earlier
@@ -174,21 +174,21 @@ ESTABLISHED = {
     # request's queued chunks written into the later request's destinations;
     # tests/test_prefill_tp.py pins the mixed form, one own report and one
     # stale, which the aux room check cannot see)
-    ("commit-after-all-ranks", "prefill-tp"): ["F27", "F27", "F27", "F27", "F27"],
-    ("no-foreign-kv-read", "prefill-tp"): ["F28", "F28", "F28", "F28", "F28"],
+    ("commit-after-all-ranks", "prefill-tp"): ["F29", "F29", "F29", "F29", "F29"],
+    ("no-foreign-kv-read", "prefill-tp"): ["F30", "F30", "F30", "F30", "F30"],
     ("metadata-integrity", "prefill-tp"): ["H", "H", "H", "H", "H"],
     ("ack-belongs-to-its-hold", "prefill-tp"): ["H", "H", "H", "H", "H"],
     ("drain-ack-reaches-every-rank", "prefill-tp"): ["F16", "F16", "H", "F17", "F17"],
     ("drain-ack-releases-hold", "prefill-tp"): ["R11", "R11", "R11", "R11", "R11"],
-    ("valid-request-completes", "prefill-tp"): ["R19", "R19", "R19", "R19", "R19"],
+    ("valid-request-completes", "prefill-tp"): ["R20", "R20", "R20", "R20", "R20"],
     # one prefill rank fails with its write in flight, the other completes:
     # the failed rank's stray write lands in the page the next request took
     # (0.5.21 acks the drain after giving up on the batch; 0.5.22+ poison)
-    ("no-foreign-kv-read", "prefill-tp-failure"): ["F31", "F31", "F35", "H", "H"],
-    ("no-reuse-during-inflight-write", "prefill-tp-failure"): ["F17", "F17", "F21", "H", "H"],
+    ("no-foreign-kv-read", "prefill-tp-failure"): ["F35", "F35", "F38", "H", "H"],
+    ("no-reuse-during-inflight-write", "prefill-tp-failure"): ["F18", "F18", "F22", "H", "H"],
     ("commit-after-all-ranks", "prefill-tp-failure"): ["H", "H", "H", "H", "H"],
     ("drain-ack-reaches-every-rank", "prefill-tp-failure"): ["H", "H", "H", "H", "H"],
-    ("valid-request-completes", "prefill-tp-failure"): ["R19", "R19", "R19", "R19", "R19"],
+    ("valid-request-completes", "prefill-tp-failure"): ["R20", "R20", "R20", "R20", "R20"],
     # ---- issue #22: hangs, spins and crashes (notes/liveness.md; readings in
     # notes/verdicts.md, "Hangs, spins and crashes")
     ("answered-without-timeout", "auto-truncate"): ["H", "H", "H", "H", "H"],
@@ -198,23 +198,23 @@ ESTABLISHED = {
     # #38935: decode's door retires a prompt prefill accepted; prefill waits for its 300 s bootstrap timeout
     ("answered-without-timeout", "decode-reject"): ["H", "H", "F4", "F4", "F4"],
     # a prefill-side reject never reaches decode, which waits for its 300 s waiting timeout
-    ("answered-without-timeout", "incident"): ["H", "F24", "F21", "F21", "F21"],
+    ("answered-without-timeout", "incident"): ["H", "F25", "F22", "F22", "F22"],
     ("answered-without-timeout", "inflight-reuse"): ["H", "H", "H", "H", "H"],
     ("answered-without-timeout", "late-result"): ["H", "H", "H", "H", "H"],
     ("answered-without-timeout", "late-result-unit"): ["H", "H", "H", "H", "H"],
     ("answered-without-timeout", "optimistic-abort"): ["H", "H", "H", "H", "H"],
     # result_timing any: a yielded request whose middle result was processed before the yield (the loop cannot order it so)
-    ("answered-without-timeout", "optimistic-abort-unit"): ["F25", "F25", "F25", "F25", "F25"],
+    ("answered-without-timeout", "optimistic-abort-unit"): ["F26", "F26", "F26", "F26", "F26"],
     # #31473: each worker holds the pages the other needs
     ("answered-without-timeout", "optimistic-tight"): ["F14", "F14", "F14", "F14", "F14"],
-    ("answered-without-timeout", "pause-abort"): ["F20", "F20", "F20", "F20", "F20"],
+    ("answered-without-timeout", "pause-abort"): ["F21", "F21", "F21", "F21", "F21"],
     ("answered-without-timeout", "prefill-reject"): ["H", "F9", "F6", "F6", "F6"],
     ("answered-without-timeout", "prefill-tp"): ["F19", "F19", "F19", "F17", "F17"],
-    ("answered-without-timeout", "prefill-tp-failure"): ["H", "H", "H", "F23", "F23"],
+    ("answered-without-timeout", "prefill-tp-failure"): ["H", "H", "H", "F24", "F24"],
     ("answered-without-timeout", "retract-abort"): ["H", "H", "H", "H", "H"],
     ("answered-without-timeout", "room-reuse"): ["F17", "F16", "F16", "F16", "F16"],
-    ("answered-without-timeout", "room-reuse-three"): ["H", "H", "F19", "F19", "F19"],
-    ("answered-without-timeout", "transfer-failure"): ["H", "H", "H", "F19", "F19"],
+    ("answered-without-timeout", "room-reuse-three"): ["H", "H", "F20", "F20", "F20"],
+    ("answered-without-timeout", "transfer-failure"): ["H", "H", "H", "F20", "F20"],
     ("answered-without-timeout", "two-rank-abort"): ["H", "H", "H", "H", "H"],
     ("answered-without-timeout", "two-valid"): ["H", "H", "H", "H", "H"],
     ("no-livelock", "auto-truncate"): ["H", "H", "H", "H", "H"],
@@ -250,28 +250,28 @@ ESTABLISHED = {
     ("no-scheduler-crash", "optimistic-abort"): ["H", "H", "H", "H", "H"],
     ("no-scheduler-crash", "optimistic-abort-unit"): ["F13", "H", "H", "H", "H"],
     ("no-scheduler-crash", "optimistic-tight"): ["H", "H", "H", "H", "H"],
-    ("no-scheduler-crash", "pause-abort"): ["F21", "H", "H", "H", "H"],
+    ("no-scheduler-crash", "pause-abort"): ["F22", "H", "H", "H", "H"],
     ("no-scheduler-crash", "prefill-reject"): ["H", "H", "H", "H", "H"],
     ("no-scheduler-crash", "prefill-tp"): ["F17", "F21", "F21", "F21", "F21"],
     ("no-scheduler-crash", "prefill-tp-failure"): ["H", "H", "H", "H", "H"],
     ("no-scheduler-crash", "retract-abort"): ["H", "H", "H", "H", "H"],
     # an earlier request's write lands Success on the room a new sender opened: pop_bootstrapped raises
     ("no-scheduler-crash", "room-reuse"): ["F14", "F18", "F18", "F18", "F18"],
-    ("no-scheduler-crash", "room-reuse-three"): ["H", "H", "F23", "F23", "F23"],
+    ("no-scheduler-crash", "room-reuse-three"): ["H", "H", "F24", "F24", "F24"],
     ("no-scheduler-crash", "transfer-failure"): ["H", "H", "H", "H", "H"],
     ("no-scheduler-crash", "two-rank-abort"): ["H", "H", "H", "H", "H"],
     ("no-scheduler-crash", "two-valid"): ["H", "H", "H", "H", "H"],
-    ("metadata-integrity", "prefill-reject"): ["F12", "H", "H", "H", "H"],
+    ("metadata-integrity", "prefill-reject"): ["F13", "H", "H", "H", "H"],
     ("pending-abort-not-overwritten", "prefill-reject"): ["F12", "H", "H", "H", "H"],
     ("reject-acquires-nothing", "prefill-reject"): ["F2", "F2", "H", "H", "H"],
     ("rejected-never-succeeds", "prefill-reject"): ["F12", "H", "H", "H", "H"],
-    ("valid-request-completes", "optimistic-tight"): ["R15", "R15", "R15", "R15", "R15"],
-    ("valid-request-completes", "two-valid"): ["R15", "R15", "R15", "R15", "R15"],
+    ("valid-request-completes", "optimistic-tight"): ["R16", "R16", "R16", "R16", "R16"],
+    ("valid-request-completes", "two-valid"): ["R16", "R16", "R16", "R16", "R16"],
     # reuse_room_after = "decode": request 1 opens the room while prefill still holds request 0
-    ("no-scheduler-crash", "room-reuse-early"): ["F17", "F17", "F17", "F17", "F17"],
-    ("answered-without-timeout", "room-reuse-early"): ["F21", "F21", "F21", "F21", "F21"],
+    ("no-scheduler-crash", "room-reuse-early"): ["F18", "F18", "F18", "F18", "F18"],
+    ("answered-without-timeout", "room-reuse-early"): ["F22", "F22", "F22", "F22", "F22"],
     ("no-livelock", "room-reuse-early"): ["H", "H", "H", "H", "H"],
-    ("valid-request-completes", "room-reuse-early"): ["R15", "R15", "R15", "R15", "R15"],
+    ("valid-request-completes", "room-reuse-early"): ["R16", "R16", "R16", "R16", "R16"],
 }
 
 # mutant -> (property, scenario, cell): each property that holds on every real

@@ -32,5 +32,5 @@ def test_bench_explore_with_workers_finds_the_same_states_and_verdicts():
                           "--scenario", "incident", "--release", "0.5.21", "--workers", "2"],
                          capture_output=True, text=True, check=True, cwd=ROOT)
     (row,) = [json.loads(line) for line in out.stdout.splitlines()]
-    assert row["same"] is True and row["states"] == 441
+    assert row["same"] is True and row["states"] == 480
     assert row["parallel"]["seconds"] > 0 and row["speedup"] > 0

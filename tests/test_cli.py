@@ -17,7 +17,7 @@ def test_default_check_reports_the_incident(tmp_path):
     assert "scenario incident" in r.stdout
     line = next(l for l in r.stdout.splitlines() if "no-foreign-kv-read" in l)
     cells = [c.strip() for c in line.strip("│┃ ").split("│")]
-    assert cells[1].startswith("violated (27)")
+    assert cells[1].startswith("violated (29)")
     assert all(c == "holds" for c in cells[2:])
     # the default output is reqmodel-out/, never the committed corpus
     assert (tmp_path / "reqmodel-out/0.5.19/no-foreign-kv-read-incident.itf.json").exists()
@@ -50,10 +50,10 @@ def test_json_output_schema(tmp_path):
         assert set(row) == keys
         assert row["verdict"] in ("holds", "violated", "not-applicable")
     v19 = next(r for r in rows if r["release"] == "0.5.19" and r["property"] == "no-foreign-kv-read")
-    assert v19["verdict"] == "violated" and v19["trace_length"] == 27
+    assert v19["verdict"] == "violated" and v19["trace_length"] == 29
     assert (tmp_path / v19["trace_file"]).exists()
     reach = next(r for r in rows if r["release"] == "0.5.21" and r["property"] == "valid-request-completes")
-    assert reach["verdict"] == "holds" and reach["trace_length"] == 15
+    assert reach["verdict"] == "holds" and reach["trace_length"] == 16
 
 
 @pytest.mark.parametrize("args,fragment", [

@@ -52,7 +52,7 @@ def test_guard_points_listing_is_generated_from_the_code():
 
 def test_naive_door_breaks_reentry_with_a_minimal_counterexample():
     prop, rows, pending = check("naive-door-on-0.5.20", ["retract-abort", "pause-abort"])
-    for sc, length in (("retract-abort", 16), ("pause-abort", 16)):
+    for sc, length in (("retract-abort", 17), ("pause-abort", 17)):
         row = rows[(sc, "reentry-not-retired")]
         assert row.change == "broken"
         assert row.trace_length == length

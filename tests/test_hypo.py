@@ -12,10 +12,11 @@ INCIDENT = scenario.builtin("incident")
 CTX19 = Ctx(release=releases.get("0.5.19"), scenario=INCIDENT)
 REJECTED = properties.CATALOG["rejected-never-succeeds"]
 
-# the rejected request answered 200 by decode: 14 steps, none of which can be
+# the rejected request answered 200 by decode: 15 steps, none of which can be
 # deleted; the shortest answer-200 is prefill's own, 12 steps
 DECODE_200 = ("d_intake d_door d_prealloc p_intake p_door p_recv_metadata p_pop_bootstrapped "
-              "p_forward p_result xfer_dequeue xfer_write d_transferred d_attend d_respond").split()
+              "p_forward p_result xfer_dequeue xfer_write d_recv_status d_transferred d_attend "
+              "d_respond").split()
 
 
 def decode_200_trace():

@@ -20,7 +20,7 @@ def test_replay_on_its_release_reproduces_the_violation():
     r = run("replay", str(INCIDENT), "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"property": "no-foreign-kv-read", "release": "0.5.19",
-                                    "steps_replayed": 27, "first_disabled_step": None,
+                                    "steps_replayed": 29, "first_disabled_step": None,
                                     "violated": True}
 
 
@@ -137,7 +137,7 @@ def test_replay_on_a_guard_proposal():
     out = json.loads(r.stdout)
     assert out["violated"] is False
     assert out["release"] == "0.5.19+pr38704-on-0.5.19"
-    assert out["first_disabled_step"] == 27
+    assert out["first_disabled_step"] == 29
     r = run("replay", str(INCIDENT), "--guards", "notes/examples/pr38704-on-0.5.19.py",
             "--release", "0.5.19")
     assert r.returncode == 2 and "not both" in r.stderr

@@ -161,8 +161,9 @@ def test_a_late_status_is_dropped_only_while_no_receiver_has_the_room():
     assert drop.enabled(ctx, s, 0)
     s = _run(ctx, [Step("d_intake", 1), Step("d_door", 1)], s)
     assert s.d[1].has_receiver and not drop.enabled(ctx, s, 0)
-    # the receiver of request 1 now takes request 0's Success as its own
+    # decode's thread now counts request 0's Success for the room request 1 tracks
     assert s.room_msgs("status", 1) == (Msg("status", 0, poll=KVPoll.Success),)
+    assert actions.BY_NAME["d_recv_status"].enabled(ctx, s, 0)
 
 
 def test_no_chunk_is_queued_for_a_failed_room():

@@ -3,8 +3,12 @@ property) as Markdown for notes/verdicts.md, from one exhaustive run.
 
     python tools/verdicts_md.py                   # every built-in scenario
     python tools/verdicts_md.py transfer-failure  # the rows of some of them
+    python tools/verdicts_md.py --from check.json # from a saved
+        # `reqmodel check --release all --scenario all --json` run
 """
+import json
 import sys
+from types import SimpleNamespace
 
 from reqmodel.model import properties
 from reqmodel.model import releases
@@ -14,14 +18,29 @@ from reqmodel.engines.base import Exhaustive, run
 SHORT = {"holds": "H", "violated": "F", "not-applicable": "n/a"}
 
 
-def main() -> None:
+def _results(names, saved):
+    if saved is None:
+        rels = list(releases.RELEASES.values())
+        props = properties.select([])
+        for name in names:
+            yield name, run(Exhaustive(), rels, [scenario.builtin(name)], props, out=None)
+        return
+    by = {}
+    for r in json.loads(open(saved).read())["results"]:
+        by.setdefault(r["scenario"], []).append(SimpleNamespace(**r))
+    for name in names:
+        yield name, by[name]
+
+
+def main(argv) -> None:
+    saved = None
+    if argv[:1] == ["--from"]:
+        saved, argv = argv[1], argv[2:]
     rels = list(releases.RELEASES.values())
     props = properties.select([])
     print("| scenario | property | " + " | ".join(r.name for r in rels) + " |")
     print("|---|---|" + "---|" * len(rels))
-    for name in sys.argv[1:] or scenario.builtin_names():
-        sc = scenario.builtin(name)
-        results = run(Exhaustive(), rels, [sc], props, out=None)
+    for name, results in _results(argv or scenario.builtin_names(), saved):
         for p in props:
             cells = []
             for r in rels:
@@ -39,4 +58,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
