@@ -10,23 +10,17 @@ import pytest
 
 from reqmodel.engines import exhaustive as explore
 from reqmodel.model import actions, properties, releases, scenario
-from reqmodel.model.actions import Ctx, Step, apply, initial_state
+from reqmodel.model.actions import Ctx, Step, initial_state
 from reqmodel.model.actions.transport import next_d_to_p, p_to_d_heads
 from reqmodel.model.scenario import ScenarioError, from_dict
 from reqmodel.model.state import KVPoll, Msg, MsgKind
+from steps import run_steps
 
 TWO = {"name": "two", "prompt_pages": [1, 1], "prefill": {"pool_pages": 2},
        "decode": {"pool_pages": 2}}
 READ = properties.CATALOG["no-foreign-kv-read"]
 
 
-def _run(ctx, steps, s=None):
-    s = initial_state(ctx.scenario) if s is None else s
-    for st in steps:
-        out = apply(ctx, s, st)
-        assert out is not None, f"{st} not enabled"
-        s = out[0]
-    return s
 
 
 def _queued(ctx):
@@ -37,7 +31,7 @@ def _queued(ctx):
     for r, page in ((0, 0), (1, 1)):
         steps += [Step("d_prealloc", r, (0, (page,))), Step("p_recv_metadata", r),
                   Step("p_pop_bootstrapped", r), Step("p_forward", r), Step("p_result", r)]
-    return _run(ctx, steps + [Step("xfer_dequeue", 0)])
+    return run_steps(ctx, steps + [Step("xfer_dequeue", 0)])
 
 
 @pytest.mark.parametrize("queues,second_waits", [("shared", True), ("per-request", False)])
@@ -48,7 +42,7 @@ def test_a_prefill_ranks_worker_takes_the_next_chunk_once_the_write_has_landed(
     s = _queued(ctx)
     dequeue = actions.BY_NAME["xfer_dequeue"]
     assert dequeue.enabled(ctx, s, 1) is not second_waits
-    s = _run(ctx, [Step("xfer_write", 0)], s)
+    s = run_steps(ctx, [Step("xfer_write", 0)], s)
     assert dequeue.enabled(ctx, s, 1)
 
 
@@ -112,5 +106,5 @@ def test_a_cleared_rooms_last_write_reports_only_on_0_5_19(release, reported):
     ctx = Ctx(releases.get(release), sc)
     s = _queued(ctx)
     s = actions.kvmanager.set_room(ctx, s, 0, status=None)
-    s = _run(ctx, [Step("xfer_write", 0)], s)
+    s = run_steps(ctx, [Step("xfer_write", 0)], s)
     assert bool(s.msgs("status", 0)) is reported

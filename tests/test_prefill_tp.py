@@ -18,9 +18,10 @@ from reqmodel.model import properties
 from reqmodel.model import releases
 from reqmodel.model import scenario
 from reqmodel.model.events import Commit
-from reqmodel.model.actions import Ctx, Step, apply, initial_state
+from reqmodel.model.actions import Ctx, Step, initial_state
 from reqmodel.model.scenario import ScenarioError, from_dict
 from reqmodel.model.state import DStage, KVPoll, Msg, Page
+from steps import run_steps
 
 PREFILL_TP = scenario.builtin("prefill-tp")
 FAILURE = scenario.builtin("prefill-tp-failure")
@@ -38,13 +39,6 @@ def trace(rel, sc, prop):
     return ex.verdicts[prop.name]
 
 
-def run(ctx, steps, s=None):
-    s = s if s is not None else initial_state(ctx.scenario)
-    for step in steps:
-        out = apply(ctx, s, step)
-        assert out is not None, f"{step} is not enabled"
-        s = out[0]
-    return s
 
 
 @pytest.mark.parametrize("release", releases.NAMES)
@@ -86,7 +80,7 @@ def test_a_prefill_ranks_reports_and_acks_arrive_in_the_order_sent():
 
 def test_the_prefill_scheduler_sees_the_least_of_its_ranks_polls():
     ctx = Ctx(releases.get("0.5.21"), ONE)
-    s = run(ctx, [Step("p_intake", 0), Step("p_door", 0)])
+    s = run_steps(ctx, [Step("p_intake", 0), Step("p_door", 0)])
     room0 = actions.kvmanager.room_of(ctx, s, 0, 0)
     s = actions.kvmanager.set_room(ctx, s, 0, q=0, status=KVPoll.WaitingForInput)
     assert actions.kvmanager.sender_poll(ctx, s, 0) == KVPoll.Bootstrapping  # rank 1 still bootstrapping

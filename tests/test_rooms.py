@@ -20,6 +20,7 @@ from reqmodel.model.actions import Ctx, Step, apply, initial_state
 from reqmodel.model.scenario import ScenarioError, from_dict
 from reqmodel.model.state import KVPoll, Msg, PStage
 from reqmodel.model.ackpolicy import PER_ENDPOINT
+from steps import run_steps
 
 ROOM_REUSE = scenario.builtin("room-reuse")
 ACK = properties.CATALOG["ack-belongs-to-its-hold"]
@@ -64,14 +65,6 @@ def test_bad_reuse_option_is_refused():
                    "decode": {"pool_pages": 1}, "options": {"reuse_room_after": "never"}})
 
 
-def _run(ctx, steps, s=None):
-    """Apply ``steps`` from ``s`` (default: the initial state); each must be enabled."""
-    s = initial_state(ctx.scenario) if s is None else s
-    for st in steps:
-        out = apply(ctx, s, st)
-        assert out is not None, f"{st} not enabled"
-        s = out[0]
-    return s
 
 
 def test_the_later_request_waits_for_the_earlier_answers():
@@ -80,9 +73,9 @@ def test_the_later_request_waits_for_the_earlier_answers():
     assert apply(ctx, s, Step("p_intake", 1)) is None
     assert apply(ctx, s, Step("d_intake", 1)) is None
     early = attrs.evolve(ROOM_REUSE, reuse_room_after="decode")
-    s = _run(Ctx(releases.get("0.5.23"), early),
-             [Step("d_intake", 0), Step("d_door", 0), Step("d_abort", 0),
-              Step("d_prealloc_drop", 0)])
+    s = run_steps(Ctx(releases.get("0.5.23"), early),
+                  [Step("d_intake", 0), Step("d_door", 0), Step("d_abort", 0),
+                   Step("d_prealloc_drop", 0)])
     assert s.d[0].answer == 500
     assert apply(Ctx(releases.get("0.5.23"), early), s, Step("d_intake", 1)) is not None
     assert apply(ctx, s, Step("d_intake", 1)) is None  # "both": prefill has not answered
@@ -159,7 +152,7 @@ def test_a_late_status_is_dropped_only_while_no_receiver_has_the_room():
                      d=(attrs.evolve(s.d[0], answer=500),) + s.d[1:])
     drop = actions.BY_NAME["d_drop_late_status"]
     assert drop.enabled(ctx, s, 0)
-    s = _run(ctx, [Step("d_intake", 1), Step("d_door", 1)], s)
+    s = run_steps(ctx, [Step("d_intake", 1), Step("d_door", 1)], s)
     assert s.d[1].has_receiver and not drop.enabled(ctx, s, 0)
     # decode's thread now counts request 0's Success for the room request 1 tracks
     assert s.room_msgs("status", 1) == (Msg("status", 0, poll=KVPoll.Success),)
@@ -171,12 +164,12 @@ def test_no_chunk_is_queued_for_a_failed_room():
     Failed: prefill's abort before the last chunk queues nothing."""
     sc = scenario.builtin("inflight-reuse")
     ctx = Ctx(releases.get("0.5.23"), sc)
-    s = _run(ctx, [Step("p_intake", 0), Step("d_intake", 0), Step("p_door", 0),
-                   Step("d_door", 0), Step("d_prealloc", 0, (0, (0,))),
-                   Step("p_recv_metadata", 0), Step("p_pop_bootstrapped", 0),
-                   Step("p_forward", 0), Step("d_abort", 0), Step("p_recv_abort", 0)])
+    s = run_steps(ctx, [Step("p_intake", 0), Step("d_intake", 0), Step("p_door", 0),
+                        Step("d_door", 0), Step("d_prealloc", 0, (0, (0,))),
+                        Step("p_recv_metadata", 0), Step("p_pop_bootstrapped", 0),
+                        Step("p_forward", 0), Step("d_abort", 0), Step("p_recv_abort", 0)])
     assert s.rooms[0].status == KVPoll.Failed
-    s = _run(ctx, [Step("p_result", 0)], s)
+    s = run_steps(ctx, [Step("p_result", 0)], s)
     assert s.p[0].sent == 1 and not s.msgs("chunk", 0)
 
 
@@ -223,20 +216,20 @@ def test_a_transfer_failure_is_the_named_requests_own():
     request's, and nothing fails under request 0's name."""
     ctx = Ctx(releases.get("0.5.21"), scenario.builtin("room-reuse-three"))
     fail = actions.BY_NAME["xfer_fail"]
-    s = _run(ctx, [
+    s = run_steps(ctx, [
         Step("p_intake", 0), Step("d_intake", 0), Step("p_door", 0), Step("d_door", 0),
         Step("d_prealloc", 0, (0, (0,))), Step("p_recv_metadata", 0),
         Step("p_pop_bootstrapped", 0), Step("p_forward", 0)])
     # decode's metadata is there, prefill has queued nothing: no failure yet
     assert s.rooms[0].status == KVPoll.WaitingForInput and not s.msgs("chunk", 0)
     assert not fail.enabled(ctx, s, 0)
-    s = _run(ctx, [Step("p_result", 0)], s)
+    s = run_steps(ctx, [Step("p_result", 0)], s)
     assert fail.enabled(ctx, s, 0)  # request 0's own chunk, at the head of the queue
-    s = _run(ctx, [Step("xfer_fail", 0)], s)
+    s = run_steps(ctx, [Step("xfer_fail", 0)], s)
     # taken off the queue, nothing written, the room Failed and finished
     assert s.rooms[0].status == KVPoll.Failed and not s.msgs("chunk", 0)
     assert not s.msgs("write", 0) and not s.msgs("stray", 0) and s.rooms[0].outstanding == 0
-    s = _run(ctx, [
+    s = run_steps(ctx, [
         Step("p_inflight", 0), Step("d_recv_status", 0), Step("d_transferred", 0),
         Step("p_intake", 1), Step("d_intake", 1), Step("p_recv_abort", 0), Step("p_door", 1),
         Step("d_recv_ack", 0), Step("d_door", 1), Step("d_prealloc", 1, (0, (0,))),
@@ -245,7 +238,7 @@ def test_a_transfer_failure_is_the_named_requests_own():
     # the room takes request 1's chunk now: no failure under request 0's name
     assert s.rooms[0].status == KVPoll.WaitingForInput and s.msgs("chunk", 1)
     assert not fail.enabled(ctx, s, 0)
-    s = _run(ctx, [Step("xfer_dequeue", 1)], s)  # request 1's write, not 0's
+    s = run_steps(ctx, [Step("xfer_dequeue", 1)], s)  # request 1's write, not 0's
     assert not fail.enabled(ctx, s, 0)
 
 
