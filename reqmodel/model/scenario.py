@@ -286,17 +286,6 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
     if queues not in ("shared", "per-request"):
         raise ScenarioError(
             f'options.transfer_queues must be "shared" or "per-request", got {queues!r}')
-    if queues == "per-request":
-        # the model keeps one prefill pool and one KV manager per rank: it can
-        # stand for several prefill instances only where they do not meet there
-        if len(set(rooms)) < len(rooms):
-            raise ScenarioError(
-                'options.transfer_queues = "per-request" needs a bootstrap_room per request '
-                "(each prefill instance has its own KV manager and room table)")
-        if prefill.pool_pages < sum(prompts):
-            raise ScenarioError(
-                'options.transfer_queues = "per-request" needs [prefill] pool_pages of at least '
-                f"the prompts' sum ({sum(prompts)}): each prefill instance has its own pool")
     if _get("options.", options, "decode_host_receive", bool, False):
         _refuse_host_receive()
     events = data.get("events", {})
@@ -321,6 +310,17 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
         reuse_room_after=reuse_after,
         transfer_queues=queues,
     )
+    if queues == "per-request":
+        # the model keeps one prefill pool and one KV manager per rank: it can
+        # stand for several prefill instances only where they do not meet there
+        if sc.shares_rooms:
+            raise ScenarioError(
+                'options.transfer_queues = "per-request" needs a bootstrap_room per request '
+                "(each prefill instance has its own KV manager and room table)")
+        if prefill.pool_pages < sum(sc.prompt_pages):
+            raise ScenarioError(
+                'options.transfer_queues = "per-request" needs [prefill] pool_pages of at least '
+                f"the prompts' sum ({sum(sc.prompt_pages)}): each prefill instance has its own pool")
     weight = sum(p + 3 for p in sc.prompt_pages) + sum(
         2 * len(targets) for targets in attrs.astuple(ev, recurse=False)) + (
         3 * (decode.ranks - 1 + prefill.ranks - 1) * len(prompts))

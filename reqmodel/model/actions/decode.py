@@ -231,6 +231,12 @@ def _arriving_ranks(c, s, r):
     return prank_args(c, sorted({m.prank for m in arriving(s, "status", r)}))
 
 
+def _arriving_report(s: State, r: int, arg) -> Msg:
+    """Request r's status report from the prefill rank a step names, at the
+    head of that rank's channel."""
+    return next(m for m in arriving(s, "status", r) if m.prank == prank_of(arg))
+
+
 @action("decode", guard=_status_arrives, choices=_arriving_ranks, arg_names=PRANK_ARG)
 def d_recv_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Decode's ``decode_thread`` applies one prefill rank's status report on
@@ -241,7 +247,7 @@ def d_recv_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
     Success once every prefill rank is in it; a Failed records the failure
     and sets Failed.  The report names the room and the rank, not the
     request, so it counts for whichever request tracks the room now."""
-    msg = next(m for m in arriving(s, "status", r) if m.prank == prank_of(arg))
+    msg = _arriving_report(s, r, arg)
     s = consume(s, msg)
     if msg.poll != KVPoll.Success:
         return receiver_fail(c, s, r), ()
@@ -265,7 +271,7 @@ def d_drop_late_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
     room", cc 20:578-583, 23:930-935; 0.5.19 counts a Success only for a
     room in ``request_status`` and its ``update_status`` never re-creates a
     room as Failed, mc 19:2188-2206, cc 19:365-373)."""
-    msg = next(m for m in arriving(s, "status", r) if m.prank == prank_of(arg))
+    msg = _arriving_report(s, r, arg)
     return consume(s, msg), (StatusDropped(r, "decode"),)
 
 

@@ -75,10 +75,11 @@ def _ack_channels(c, s, r):
 def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """An ABORT_ACK answering request r's ABORT reaches one decode rank, behind
     every older report and ack of its prefill rank to that decode rank
-    (``transport.P_TO_D``; ``note_abort_ack(room)``, cc 19:391-396; 0.5.22+ ``handle_abort_ack_message``,
-    cc 22:853-876): counted by the room's tracker on that rank if it is armed
-    and, from 0.5.22, for the generation it armed; every held request of the
-    room then re-checks (``resolve_deferred_releases`` -> ``_do_release``)."""
+    (``transport.P_TO_D``; ``note_abort_ack(room)``, cc 19:391-396; 0.5.22+
+    ``handle_abort_ack_message``, cc 22:853-876): counted by the room's
+    tracker on that rank if it is armed and, from 0.5.22, for the generation
+    it armed; every held request of the room then re-checks
+    (``resolve_deferred_releases`` -> ``_do_release``)."""
     k, q = rank_of(arg), prank_of(arg, 1)
     msg = next(m for m in arriving(s, "ack", r) if m.rank == k and m.prank == q)
     s = consume(s, msg)

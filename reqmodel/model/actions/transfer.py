@@ -19,30 +19,35 @@ from reqmodel.model.actions.transport import (arrival_of, consume, next_d_to_p,
 from reqmodel.model.state import DStage, KVPoll, Msg, MsgKind, PStage, replace, State
 
 
+def _same_worker(c: Ctx, m: Msg, r: int, q: int) -> bool:
+    """Message ``m`` is on the transfer queue and worker that take r's chunks
+    on prefill rank q.  ``add_transfer_request`` puts a room's chunks on the
+    queue its destination sessions pick (``shard_idx = session_port_sum %
+    len(queues)``, mc 19:2243-2248, 21:2672-2677), and one worker thread
+    drains each queue.  With ``transfer_queues = "shared"`` every request's
+    chunks are on one queue per prefill rank: every room of the one decode
+    instance names the same sessions.  With "per-request" each request has
+    its own (another prefill instance's KV manager)."""
+    return m.prank == q and (c.scenario.transfer_queues == "shared" or m.rid == r)
+
+
 def _worker_busy(c: Ctx, s: State, r: int, q: int) -> bool:
-    """Prefill rank q's worker that takes r's chunks has a write in flight:
+    """The worker that takes r's chunks on rank q has a write in flight:
     ``batch_transfer_sync`` waits for it (mc 19:1760-1900)."""
-    shared = c.scenario.transfer_queues == "shared"
-    return any(m.kind == "write" and m.prank == q and (shared or m.rid == r) for m in s.net)
+    return any(m.kind == "write" and _same_worker(c, m, r, q) for m in s.net)
 
 
 def _chunk_next(c: Ctx, s: State, r: int, q: int) -> bool:
     """Prefill rank q's worker can take r's chunk: r's chunk is the oldest on
-    its queue and the worker has no write in flight.  ``add_transfer_request``
-    puts a room's chunks on the queue its destination sessions pick
-    (``shard_idx = session_port_sum % len(queues)``, mc 19:2243-2248,
-    21:2672-2677), and one worker thread drains each queue.  With
-    ``transfer_queues = "shared"`` every request's chunks are on one queue per
-    prefill rank: every room of the one decode instance names the same
-    sessions.  With "per-request" each request has its own (another prefill
-    instance's KV manager)."""
+    its queue and the worker has no write in flight."""
     if _worker_busy(c, s, r, q):
         return False
-    shared = c.scenario.transfer_queues == "shared"
     for m in s.net:
-        if m.kind == "chunk" and m.prank == q and (shared or m.rid == r):
+        if m.kind == "chunk" and _same_worker(c, m, r, q):
             return m.rid == r
     return False
+
+
 def _queued_ranks(c, s, r):
     """Prefill ranks whose worker can take r's chunk (``_chunk_next``)."""
     if not s.net:
