@@ -55,6 +55,10 @@ ESTABLISHED = {
     ("aborted-not-preallocated", "pause-abort"): ["F18", "F18", "F18", "F18", "F18"],
     ("reentry-not-retired", "pause-abort"): ["-", "-", "H", "H", "H"],
     ("reentry-can-resume", "pause-abort"): ["R30", "R30", "R30", "R30", "R30"],
+    # ... decode's overlap scheduler (SGLang's default) processes the last
+    # batch first, which promotes the pending abort (sch 21:5603-5606)
+    ("aborted-not-preallocated", "pause-abort-overlap"): ["H", "H", "H", "H", "H"],
+    ("reentry-can-resume", "pause-abort-overlap"): ["R30", "R30", "R30", "R30", "R30"],
     # issue #3, lifetime and ownership (notes/verdicts.md, "Lifetime")
     # a KV chunk lands in a decode page handed to another request: decode frees
     # an aborted request's pages at once (deferral off before 0.5.21), or when

@@ -66,6 +66,12 @@ class Worker:
     # rank receives from several prefill ranks (required_prefill_response_num
     # = prefill ranks, cc 19:718-720); both above 1 is not modelled
     ranks: int = 1
+    # the overlap scheduler (SGLang's default; off with
+    # --disable-overlap-schedule on this worker's server).  Decode: with it,
+    # pause_generation(mode="retract") processes the last batch's result
+    # first, so a pending abort is promoted before the retract (sch
+    # 19:5132-5135 ... 23:5833-5841).  Prefill is modelled with it only
+    overlap_schedule: bool = True
 
     def rejects(self, prompt_pages: int) -> bool:
         """This worker's intake rejects the prompt (``validate_input_length``
@@ -164,9 +170,9 @@ class Scenario:
 
 _TOP = {"name", "description", "prompt_pages", "bootstrap_rooms", "prefill", "decode", "options", "events"}
 _PREFILL = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
-            "metadata_buffers", "chunk_pages", "ranks"}
+            "metadata_buffers", "chunk_pages", "ranks", "overlap_schedule"}
 _DECODE = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
-           "metadata_buffers", "radix_cache", "ranks"}
+           "metadata_buffers", "radix_cache", "ranks", "overlap_schedule"}
 _OPTIONS = {"optimistic_prefill_attempts", "deferred_release", "layouts_match",
             "sessions", "hybrid_mamba", "result_timing", "reuse_room_after",
             "decode_host_receive", "transfer_queues"}
@@ -212,7 +218,13 @@ def _worker(role: str, table: Any, n_requests: int, bounds: Bounds) -> Worker:
         chunk_pages=_get(where, table, "chunk_pages", int, 0) if role == "prefill" else 0,
         radix_cache=_get(where, table, "radix_cache", bool, False) if role == "decode" else False,
         ranks=_get(where, table, "ranks", int, 1),
+        overlap_schedule=_get(where, table, "overlap_schedule", bool, True),
     )
+    if role == "prefill" and not w.overlap_schedule:
+        raise ScenarioError(
+            "[prefill] overlap_schedule = false is not modelled: without the overlap "
+            "scheduler prefill sends a middle chunk from process_prefill_chunk and requeues "
+            "a yielding request at once (pf 21:1259-1269), which the model does not have")
     if not 1 <= w.pool_pages <= bounds.pool_pages:
         raise ScenarioError(f"{where}pool_pages must be 1..{bounds.pool_pages} for {bounds.purpose}, "
                             f"got {w.pool_pages}")
@@ -347,6 +359,8 @@ def to_dict(sc: Scenario) -> Dict[str, Any]:
                 out["ranks"] = w.ranks
         else:
             out.update(radix_cache=w.radix_cache, ranks=w.ranks)
+            if not w.overlap_schedule:
+                out["overlap_schedule"] = False
         return out
     return {
         "name": sc.name, "description": sc.description,

@@ -437,7 +437,15 @@ def d_resume(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 
 def _pausable(c, s, r):
-    return s.d[r].stage is DStage.RUNNING and not s.d[r].was_retracted
+    req = s.d[r]
+    if req.stage is not DStage.RUNNING or req.was_retracted:
+        return False
+    # with the overlap scheduler, pause_generation first processes the last
+    # batch's result (sch 19:5132-5135, 20:5389-5392, 21:5603-5606,
+    # 22:5618-5626, 23:5833-5841), whose update_finish_state promotes a
+    # pending to_finish (sb 21:1919-1926): the request is finished (d_respond)
+    # and not in retract_reqs (sch 19:5137, 20:5394, 21:5608, 22:5630, 23:5848)
+    return not (c.scenario.decode.overlap_schedule and req.to_finish is not None)
 
 
 @action("decode", guard=_pausable, event="preempt")
@@ -446,7 +454,9 @@ def d_pause_retract(c: Ctx, s: State, r: int, arg=()) -> Effect:
     ``retract_all(offload_kv=False)`` frees the KV without a host backup and
     ``reset_for_retract`` sets ``is_retracted``; ``hold_rebootstrap`` then, on
     resume, ``enqueue_held_rebootstrap`` -> ``add(is_rebootstrap=True)``
-    (dc 19:712-730, 21:848-867).  Neither checks a pending ``to_finish``."""
+    (dc 19:712-730, 21:848-867).  Neither checks a pending ``to_finish``;
+    only the overlap scheduler's last-batch processing, before the retract,
+    promotes it (see the guard)."""
     s = d_release(c, s, r)
     s = set_d(s, r, stage=DStage.DOOR, door_flag="rebootstrap", is_retracted=True,
               rebootstrap=True, was_retracted=True, read_foreign=False)
