@@ -48,6 +48,9 @@ class Kind(enum.StrEnum):
         return self in (Kind.ALWAYS_POSSIBLY, Kind.EVENTUALLY)
 
 
+WAITS = "has a client that waits"
+
+
 @attrs.frozen
 class Property:
     name: str
@@ -66,6 +69,9 @@ class Property:
     partial: Optional[Callable[[Ctx, State], bool]] = None
     partial_note: str = ""
     aliases: Tuple[str, ...] = ()  # older names that still select it
+    # a graph property's counterexample: what is wrong with request r from
+    # the last state on (after "r<n> "), for people
+    stuck: str = WAITS
 
     def holds_in(self, s: State) -> bool:
         return self.state(s) if self.state else True
@@ -399,6 +405,42 @@ prop(
     partial_note="checked only in its deadlock form (a request unanswered with nothing but a "
                  "timeout or the environment able to move); the AG EF form needs the whole "
                  "state graph: use the exhaustive engine",
+)
+
+def _aborted(s: State, r: int) -> bool:
+    return s.aborted_by_client[r] or s.d[r].client_aborted
+
+
+def ended(s: State, r: int) -> bool:
+    """Both workers are done with request r: its ``Req`` finished there and
+    what it held (pages, metadata slot, sender or receiver) was freed."""
+    return s.p[r].stage is PStage.GONE and s.d[r].stage is DStage.GONE
+
+
+def held_after_abort(s: State, r: int) -> bool:
+    """Request r's client has aborted (the abort reached a worker), and a
+    worker has not ended it yet."""
+    return _aborted(s, r) and not ended(s, r)
+
+
+def _stuck_after_abort(ctx: Ctx, s: State) -> bool:
+    if not any(held_after_abort(s, r) for r in range(len(s.p))):
+        return False
+    return not any(a.own(ctx, s, r) for a, r in enabled(ctx, s))
+
+
+prop(
+    name="abort-released-without-timeout", kind="always-possibly", ref="#23",
+    text="From every state reached without a timeout, a request whose client's abort has "
+         "reached a worker can still be ended on both workers (finished, its pages and slots "
+         "freed) through the deployment's own steps: no worker holds it until a timeout.",
+    goal=ended, pending=held_after_abort,
+    applies=lambda rel, sc: sc.events.any("client_abort"),
+    partial=lambda ctx, s: not _stuck_after_abort(ctx, s),
+    partial_note="checked only in its deadlock form (an aborted request held with nothing but "
+                 "a timeout or the environment able to move); the AG EF form needs the whole "
+                 "state graph: use the exhaustive engine",
+    stuck="is still held by a worker after its client's abort",
 )
 
 prop(

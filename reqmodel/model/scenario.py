@@ -130,6 +130,12 @@ class Scenario:
     # different prefill instances or DP ranks, each with its own KV manager,
     # into one decode instance)
     transfer_queues: str = "shared"
+    # which workers' tokenizer managers see the client's abort: "both" (a
+    # router that closes both legs when the client goes), or one of them
+    # (a router or gateway that keeps the other leg, or a client that calls
+    # /abort_request on one server).  Prefill's sender.abort() tells decode
+    # nothing (cc 19:1350-1356, 23:2458-2468)
+    client_abort_reaches: str = "both"
 
     @property
     def n(self) -> int:
@@ -175,7 +181,7 @@ _DECODE = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
            "metadata_buffers", "radix_cache", "ranks", "overlap_schedule"}
 _OPTIONS = {"optimistic_prefill_attempts", "deferred_release", "layouts_match",
             "sessions", "hybrid_mamba", "result_timing", "reuse_room_after",
-            "decode_host_receive", "transfer_queues"}
+            "decode_host_receive", "transfer_queues", "client_abort_reaches"}
 EVENT_NAMES = tuple(f.name for f in attrs.fields(Events))
 _EVENTS = set(EVENT_NAMES)
 
@@ -298,6 +304,10 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
     if queues not in ("shared", "per-request"):
         raise ScenarioError(
             f'options.transfer_queues must be "shared" or "per-request", got {queues!r}')
+    reaches = _get("options.", options, "client_abort_reaches", str, "both")
+    if reaches not in ("both", "prefill", "decode"):
+        raise ScenarioError(
+            f'options.client_abort_reaches must be "both", "prefill" or "decode", got {reaches!r}')
     if _get("options.", options, "decode_host_receive", bool, False):
         _refuse_host_receive()
     events = data.get("events", {})
@@ -321,6 +331,7 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
         bootstrap_rooms=tuple(rooms),
         reuse_room_after=reuse_after,
         transfer_queues=queues,
+        client_abort_reaches=reaches,
     )
     if queues == "per-request":
         # the model keeps one prefill pool and one KV manager per rank: it can
@@ -375,6 +386,8 @@ def to_dict(sc: Scenario) -> Dict[str, Any]:
             "reuse_room_after": sc.reuse_room_after,
             **({"transfer_queues": sc.transfer_queues}
                if sc.transfer_queues != "shared" else {}),
+            **({"client_abort_reaches": sc.client_abort_reaches}
+               if sc.client_abort_reaches != "both" else {}),
         },
         "events": ev,
     }

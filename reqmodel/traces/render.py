@@ -15,7 +15,7 @@ import attrs
 
 from reqmodel.model import events as ev
 from reqmodel.model.actions import BY_NAME, Event, Step
-from reqmodel.model.properties import CATALOG
+from reqmodel.model.properties import CATALOG, WAITS
 from reqmodel.model.state import Finish, KVPoll, Msg, State
 
 LANES = {"client": "Client", "prefill": "Prefill", "transfer": "Transfer", "decode": "Decode"}
@@ -195,6 +195,11 @@ def liveness_lines(meta: dict) -> List[str]:
     if meta.get("loop") is not None:
         return [f"lasso: the steps after state {meta['loop']} return to it and repeat forever; "
                 f"r{rid}'s client waits on every turn"]
+    prop = CATALOG.get(meta.get("property", ""))
+    if prop is not None and prop.stuck != WAITS:
+        ends = ends_text(meta) if meta.get("ends_by") else "no timeout of the model applies: for good"
+        return [f"r{rid} {prop.stuck} from the last state on: nothing the deployment does on its "
+                f"own ends it; {ends}"]
     return [f"r{rid}'s client waits from the last state on: nothing the deployment does on its "
             f"own answers it; {ends_text(meta)}"]
 

@@ -694,6 +694,7 @@ def scenarios(max_requests: int = 6, max_prompt: int = 8, max_pool: int = 12,
             layouts_match=d(st.booleans()), sessions=d(st.booleans()),
             events=ev, bootstrap_rooms=tuple(rooms),
             reuse_room_after=d(st.sampled_from(["both", "decode"])),
+            client_abort_reaches=d(st.sampled_from(["both", "prefill", "decode"])),
             description="drawn by reqmodel.hypo.scenarios()")
     return draw()
 

@@ -16,9 +16,15 @@ from reqmodel.model.actions.req import p_free_metadata, p_release_kv, stream_d, 
 from reqmodel.model.state import DStage, KVPoll, PStage, replace, State
 
 
+def _reaches(c: Ctx, worker: str) -> bool:
+    """The client's abort reaches this worker's tokenizer manager at all
+    (``[options] client_abort_reaches``)."""
+    return c.scenario.client_abort_reaches in ("both", worker)
+
+
 def _p_abortable(c, s, r):
     req = s.p[r]
-    if s.aborted_by_client[r]:
+    if not _reaches(c, "prefill") or s.aborted_by_client[r]:
         return False
     if req.stage is PStage.YIELDED:
         # a yield (process_prefill_chunk) and the request's middle result are
@@ -29,9 +35,10 @@ def _p_abortable(c, s, r):
 
 
 def _aborted_at_decode(c, s, r):
-    """The client has aborted: its abort reached decode.  The router drops
-    both connections when the client goes, so prefill's tokenizer manager
-    aborts the request too: its abort is no new choice of the environment."""
+    """The client has aborted: its abort reached decode.  With
+    ``client_abort_reaches = "both"`` the router drops both connections when
+    the client goes, so prefill's tokenizer manager aborts the request too:
+    its abort is no new choice of the environment."""
     return s.d[r].client_aborted
 
 
@@ -71,6 +78,8 @@ def p_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 def _d_abortable(c, s, r):
     req = s.d[r]
+    if not _reaches(c, "decode"):
+        return False
     return not req.client_aborted and req.stage in (
         DStage.PREALLOC, DStage.TRANSFER, DStage.WAITING, DStage.RUNNING, DStage.RETRACTED)
 
