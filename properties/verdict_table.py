@@ -271,6 +271,24 @@ ESTABLISHED = {
     ("rejected-never-succeeds", "prefill-reject"): ["F12", "H", "H", "H", "H"],
     ("valid-request-completes", "optimistic-tight"): ["R16", "R16", "R16", "R16", "R16"],
     ("valid-request-completes", "two-valid"): ["R16", "R16", "R16", "R16", "R16"],
+    # issue #23: what the client may expect once its abort reached a worker.
+    # 0.5.19: the final result drops a pending abort (I5) and the request is
+    # answered 200; every release: an abort for a decode request held for
+    # rebootstrap (pause_generation -> continue_generation) is in no list
+    # abort_request scans, and the request is recomputed and decoded
+    **{("client-abort-honoured", sc): cells for sc, cells in (
+        ("abort-reaches-decode", ["H", "H", "H", "H", "H"]),
+        ("abort-reaches-prefill", ["F13", "H", "H", "H", "H"]),
+        ("inflight-reuse", ["F13", "H", "H", "H", "H"]),
+        ("optimistic-abort", ["F15", "H", "H", "H", "H"]),
+        ("optimistic-abort-unit", ["F15", "H", "H", "H", "H"]),
+        ("pause-abort", ["F13", "F30", "F30", "F30", "F30"]),
+        ("pause-abort-overlap", ["F13", "F30", "F30", "F30", "F30"]),
+        ("prefill-tp", ["F16", "H", "H", "H", "H"]),
+        ("retract-abort", ["F13", "H", "H", "H", "H"]),
+        ("room-reuse", ["F13", "H", "H", "H", "H"]),
+        ("two-rank-abort", ["F14", "H", "H", "H", "H"]),
+    )},
     # issue #23: an aborted request held by a worker until a timeout.  Only
     # the abort reaching one worker is new (abort-reaches-*); the rest are
     # the findings of drain-ack-reaches-every-rank (a lost drain ack, 30 s),
@@ -284,7 +302,7 @@ ESTABLISHED = {
         ("optimistic-abort", ["F13", "H", "H", "H", "H"]),
         ("optimistic-abort-unit", ["F28", "F28", "F29", "F28", "F28"]),
         ("pause-abort", ["F23", "F23", "F23", "F23", "F23"]),
-        ("pause-abort-overlap", ["F25", "F25", "F26", "F26", "F26"]),
+        ("pause-abort-overlap", ["F23", "F23", "F23", "F23", "F23"]),
         ("prefill-tp", ["F23", "F23", "H", "F24", "F24"]),
         ("retract-abort", ["H", "H", "H", "H", "H"]),
         ("room-reuse", ["F22", "F20", "H", "F22", "F22"]),

@@ -237,6 +237,37 @@ prop(
     transition=every(ev.Prealloc, lambda e, pre, post: not e.aborted),
 )
 
+
+def _abort_reached(s: State, side: str, r: int) -> bool:
+    return s.p[r].abort_reached if side == "prefill" else s.d[r].client_aborted
+
+
+def _abort_honoured(e, pre, post) -> bool:
+    if not _abort_reached(pre, e.side, e.rid):
+        return True
+    if isinstance(e, ev.Stream):
+        return e.status != 200
+    if isinstance(e, ev.Acquire) and e.resource != "forward":
+        return True
+    # a forward pass (prefill's chunk, decode's attention over the pages) is
+    # the one method 3 allows while the Req carries the abort's verdict
+    req = pre.p[e.rid] if e.side == "prefill" else pre.d[e.rid]
+    verdict = req.to_finish or req.finished_reason
+    return verdict is not None and verdict.is_abort
+
+
+prop(
+    name="client-abort-honoured", kind="always", ref="#23",
+    text="Once the client's abort has reached a worker's scheduler while that worker holds the "
+         "request unfinished, the worker runs no further forward pass for it and does not "
+         "answer it 200. A forward pass while the request carries the abort's verdict "
+         "(method 3's to_finish: 'the request will still run one forward pass') is allowed; "
+         "a request that finished before its abort was read is a benign race (the abort "
+         "then finds nothing to reach).",
+    transition=every((ev.Stream, ev.Acquire, ev.Read), _abort_honoured),
+    applies=lambda rel, sc: sc.events.any("client_abort"),
+)
+
 # ------------------------------------------- lifetime and ownership (#3)
 
 

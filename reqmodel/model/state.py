@@ -80,6 +80,12 @@ class DStage(enum.Enum):
     GONE = "gone"
 
 
+# A field marked ITF_OMIT is left out of a trace file while it has its default
+# value: it only matters in some scenarios (several prefill ranks, a client
+# abort), and other traces keep the shape they had before it was modelled.
+ITF_OMIT = {"itf_omit_default": True}
+
+
 @attrs.frozen(cache_hash=True)
 class PrefillReq:
     """The prefill worker's ``Req`` for one client request, plus its queue stage."""
@@ -105,6 +111,8 @@ class PrefillReq:
     cache_handle: bool = False  # cache_request_handle open
     rejected: bool = False  # history: rejected at this worker's intake
     answer: Optional[int] = None  # status of the first final stream_output, if any
+    # history: the client's abort reached P's scheduler while it held this Req
+    abort_reached: bool = attrs.field(default=False, metadata=ITF_OMIT)
 
     @property
     def holds_kv(self) -> bool:
@@ -229,12 +237,6 @@ class DRoom:
     def acked_by(self, rank: int) -> Tuple[int, ...]:
         """The prefill ranks decode rank ``rank``'s tracker has an ack from."""
         return tuple(sorted({q for k, q, _ in self.acked if k == rank}))
-
-
-# A field marked ITF_OMIT is left out of a trace file while it has its default
-# value: it only matters with several prefill ranks, and one-rank traces keep
-# the shape they had before prefill ranks were modelled.
-ITF_OMIT = {"itf_omit_default": True}
 
 
 @attrs.frozen(cache_hash=True)

@@ -49,13 +49,18 @@ def _aborted_at_prefill(c, s, r):
 @action("client", guard=_p_abortable, event="client_abort", worker="prefill",
         follows=_aborted_at_decode)
 def p_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """``abort_request`` on P (§5.7; sch 4984/5235/5465/5476/5693 ...): method 1
-    pops a waiting request; bootstrap and inflight queues abort the sender
-    (``handle_*_failure`` follows at the next poll); a chunked request is marked
-    for ``process_pending_chunked_abort``; method 3 sets ``to_finish`` on
-    requests in the last batch."""
+    """``abort_request`` on P (sch 19:4966-5114, 20:5217-5371, 21:5447-5585,
+    22:5458-5600, 23:5675-5813; the same lists on every release): ``chunked_req``
+    is marked for ``process_pending_chunked_abort``; method 1 pops a waiting
+    request; the bootstrap and inflight queues abort the sender
+    (``handle_*_failure`` follows at the next poll); method 3 sets
+    ``to_finish`` on unfinished requests of ``running_batch`` and
+    ``last_batch`` (``collect_inflight_reqs``).  Every stage the guard admits
+    is in one of them (a yielded request only under the event loop's order:
+    it is requeued in the iteration that yields it)."""
     req = s.p[r]
     s = replace(s, aborted_by_client=s.aborted_by_client[:r] + (True,) + s.aborted_by_client[r + 1:])
+    s = set_p(s, r, abort_reached=True)
     evs: Tuple[Event, ...] = ()
     if req.stage is PStage.WAITING:  # method 1
         if c.release.p_waiting_abort_releases_all or req.pending_bootstrap:
@@ -76,23 +81,37 @@ def p_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     return s, ()
 
 
+def _held_for_rebootstrap(req) -> bool:
+    """Retracted by ``pause_generation(mode="retract")`` and held in
+    ``held_rebootstrap_reqs`` until ``continue_generation`` (dc 19:712-730,
+    21:848-867): the door with the rebootstrap flag is that hold."""
+    return req.stage is DStage.DOOR and req.door_flag == "rebootstrap"
+
+
 def _d_abortable(c, s, r):
     req = s.d[r]
     if not _reaches(c, "decode"):
         return False
-    return not req.client_aborted and req.stage in (
+    return not req.client_aborted and (req.stage in (
         DStage.PREALLOC, DStage.TRANSFER, DStage.WAITING, DStage.RUNNING, DStage.RETRACTED)
+        or _held_for_rebootstrap(req))
 
 
 @action("client", guard=_d_abortable, event="client_abort", worker="decode",
         follows=_aborted_at_prefill)
 def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """``abort_request`` on D (§5.7): prealloc and transfer queues call
-    ``receiver.abort()`` (cc 1626/1857/2016/2552/2955: Failed, ABORT sent to P);
-    the waiting queue is method 1 (release KV); a running request gets method 3
-    (``to_finish``); the retracted queue discards the host backup."""
+    """``abort_request`` on D (same lines as ``p_abort``): prealloc and transfer
+    queues call ``receiver.abort()`` (cc 1626/1857/2016/2552/2955: Failed,
+    ABORT sent to P); the waiting queue is method 1 (release KV); a running
+    request gets method 3 (``to_finish``); the retracted queue discards the
+    host backup.  No release scans ``held_rebootstrap_reqs``: an abort for a
+    request paused for rebootstrap finds it in no list and is lost (the
+    tokenizer manager sends it once), and on ``continue_generation`` the
+    request is re-added with ``is_rebootstrap=True`` as if never aborted."""
     req = s.d[r]
     s = set_d(s, r, client_aborted=True)
+    if _held_for_rebootstrap(req):
+        return s, ()
     if req.stage in (DStage.PREALLOC, DStage.TRANSFER):
         s = set_d(receiver_fail(c, s, r), r, receiver_state=KVPoll.Failed)
         published = req.stage is DStage.TRANSFER  # init_time set: metadata sent
