@@ -257,13 +257,16 @@ def replay_cmd(trace_file, release, guards, as_json) -> None:
 
 @cli.command("show")
 @click.argument("trace_file", type=click.Path(dir_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "mermaid", "dot"]),
+@click.option("--format", "fmt",
+              type=click.Choice(["table", "markdown", "mermaid", "dot", "report"]),
               default="table", show_default=True)
 @click.option("--guards", "guards", default=None, type=click.Path(dir_okay=False),
               help="The guard proposal the trace was made on (default: the one it names).")
 def show_cmd(trace_file, fmt, guards) -> None:
     """Render a trace for people: a step table, Markdown for an issue, a
-    Mermaid sequence diagram, or DOT."""
+    Mermaid sequence diagram, DOT, or a whole report to paste upstream
+    (configuration, severity and upstream references when the trace shows
+    one of reqmodel's recorded findings, the table and the diagram)."""
     from reqmodel.traces import render
     from reqmodel.traces import replay as rp
     loaded = rp.load(trace_file, guards=guards)
@@ -282,6 +285,9 @@ def show_cmd(trace_file, fmt, guards) -> None:
                                      violating), nl=False)
     elif fmt == "dot":
         click.echo(render.to_dot(loaded.meta, loaded.steps, out.states, violating), nl=False)
+    elif fmt == "report":
+        mermaid = render.to_mermaid(loaded.meta, loaded.steps, out.states, out.events, violating)
+        click.echo(render.to_report(loaded.meta, rows, mermaid, trace_file), nl=False)
     else:
         console = _console()
         for line in render.header(loaded.meta):

@@ -289,3 +289,39 @@ def to_dot(meta: dict, steps, states, violating_last: bool) -> str:
                    'the cycle repeats"];')
     out.append("}")
     return "\n".join(out) + "\n"
+
+
+def to_report(meta: dict, rs: Sequence[Row], mermaid: str, trace_file: str) -> str:
+    """A bug report to paste upstream: what the finding is and what it needs
+    (from ``reqmodel/findings.toml`` when the trace shows one), the steps as
+    a Markdown table, the Mermaid sequence diagram, and how to replay it."""
+    from reqmodel import findings
+    prop, sc, rel = meta.get("property"), meta.get("scenario"), meta.get("release")
+    f = findings.lookup(prop or "", sc or "")
+    p = CATALOG.get(prop or "")
+    out = [f"## {f.title if f else f'`{prop}` violated on SGLang {rel}'}", ""]
+    out.append(f"**SGLang {rel}**, found by reqmodel in scenario `{sc}` "
+               f"({len(rs)} steps): `{prop}`: {p.text if p else ''}")
+    out.append("")
+    if f is None:
+        out += ["*This trace is not one of reqmodel's recorded findings: state the "
+                "configuration (flags, environment, backend) and the timing it needs "
+                "before reporting it.*", ""]
+    else:
+        out += [f"- **Severity:** {f.severity} ({f.status})",
+                f"- **Configuration:** {f.configuration}",
+                f"- **Timing:** {f.timing}",
+                f"- **Closest upstream:** {'; '.join(f.upstream)}", "",
+                f.summary, ""]
+    out += [line for line in liveness_lines(meta)]
+    if liveness_lines(meta):
+        out.append("")
+    out += ["<details><summary>Every step, with the state it changes</summary>", ""]
+    table = to_markdown(meta, rs).split("\n")
+    out += table[table.index("| # | actor | action | what happened | state changed |"):]
+    out += ["</details>", "", "```mermaid", mermaid.rstrip("\n"), "```", "",
+            "Replay it on any release, or with a proposed guard change:", "", "```sh",
+            f"reqmodel replay {trace_file}",
+            f"reqmodel replay {trace_file} --release 0.5.23",
+            f"reqmodel replay {trace_file} --guards my-fix.py", "```", ""]
+    return "\n".join(out)
