@@ -99,3 +99,21 @@ def test_the_history_flag_stays_out_of_traces_that_do_not_set_it():
     ctx = _ctx("retract-abort")
     s = run_steps(ctx, [Step("p_intake", 0), Step("p_door", 0), Step("p_abort", 0)])
     assert itf.encode(s.p[0])["abort_reached"] is True
+
+
+def test_the_host_backup_is_a_resource_released_once():
+    """retract_decode takes a host backup; resuming loads and frees it, and
+    an abort in the retracted queue discards it (discard_kv_cache_backup):
+    each is a release event of a held resource, and a finished request
+    that still holds one breaks release-exactly-once."""
+    once = properties.CATALOG["release-exactly-once"]
+    ctx = _ctx("retract-abort")
+    s = run_steps(ctx, RUNNING + [Step("d_retract", 0), Step("d_door", 0)])
+    assert s.d[0].retraction_backup
+    for step in (Step("d_abort", 0), Step("d_resume", 0, (0, (0, 1)))):
+        s2, evs = apply(ctx, s, step)
+        assert not s2.d[0].retraction_backup
+        assert [(e.resource, e.held) for e in evs if e.kind == "release"] == [("backup", True)]
+        assert once.holds_in(s2) and once.holds_on(s, step, evs, s2)
+    leaked = attrs.evolve(s, d=(attrs.evolve(s.d[0], stage=DStage.GONE),) + s.d[1:])
+    assert not once.holds_in(leaked)

@@ -196,18 +196,20 @@ prop(
 
 
 def _nothing_left_behind(s: State) -> bool:
-    """A request that is gone, with no prefill result still due, owns nothing."""
+    """A request that is gone, with no prefill result still due, owns nothing:
+    no KV pages, metadata buffer or slot, and on decode no host backup of a
+    memory retraction (``kv.retraction_backup``)."""
     for p, d in zip(s.p, s.d):
         if p.stage is PStage.GONE and not p.results_due and (p.holds_kv or p.holds_metadata):
             return False
-        if d.stage is DStage.GONE and (d.pages or d.meta_slot >= 0):
+        if d.stage is DStage.GONE and (d.pages or d.meta_slot >= 0 or d.retraction_backup):
             return False
     return True
 
 
 prop(
     name="release-exactly-once", kind="always", ref="I11",
-    text="KV, Mamba, metadata buffers and cache ownership are released exactly once: never on a non-holder, never left behind by a finished request.",
+    text="KV, Mamba, metadata buffers, cache ownership and decode's host backup of a retracted request are released exactly once: never on a non-holder, never left behind by a finished request.",
     state=_nothing_left_behind, transition=every(ev.Release, lambda e, pre, post: e.held),
 )
 

@@ -8,6 +8,7 @@ from typing import Tuple
 
 from reqmodel.model import guards as g
 from reqmodel.model.actions.core import action, Ctx, Effect, Event, set_d, set_p
+from reqmodel.model.events import Release
 from reqmodel.model.actions.decode import d_release
 from reqmodel.model.actions.kvmanager import (all_ranks, arm_tracker, notify_abort, receiver_fail,
                                               sender_abort)
@@ -126,8 +127,9 @@ def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=c.abort_status,
                   cache_handle=False, session_slot=False)
         return stream_d(s, r, c.abort_status.status)
-    if req.stage is DStage.RETRACTED:
+    if req.stage is DStage.RETRACTED:  # discard_kv_cache_backup, then the abort
         s = set_d(s, r, stage=DStage.GONE, retraction_backup=False,
                   finished_reason=c.abort_status, cache_handle=False, session_slot=False)
-        return stream_d(s, r, c.abort_status.status)
+        s, evs = stream_d(s, r, c.abort_status.status)
+        return s, (Release(r, "decode", "backup", req.retraction_backup),) + evs
     return set_d(s, r, to_finish=c.abort_status), ()

@@ -408,7 +408,7 @@ def d_retract(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = d_release(c, s, r)
     s = set_d(s, r, stage=DStage.DOOR, door_flag="retracted", is_retracted=True,
               retraction_backup=True, was_retracted=True)
-    return s, (Release(r, "decode", "kv", True),)
+    return s, (Release(r, "decode", "kv", True), Acquire(r, "decode", "backup"))
 
 
 def _resumable(c, s, r):
@@ -431,9 +431,11 @@ def d_resume(c: Ctx, s: State, r: int, arg=()) -> Effect:
     for pg in chosen:
         pages[pg] = replace(pages[pg], owner=r).all_written_by(r)
     s = replace(s, d_pages=tuple(pages))
+    held = s.d[r].retraction_backup
     s = set_d(s, r, stage=DStage.WAITING, pages=tuple(chosen), prefix_pages=0,
               retraction_backup=False, is_retracted=False)
-    return s, (Acquire(r, "decode", "kv"),)
+    # the backup is loaded into the new pages and its host memory freed
+    return s, (Acquire(r, "decode", "kv"), Release(r, "decode", "backup", held))
 
 
 def _pausable(c, s, r):
