@@ -14,18 +14,9 @@ from reqmodel.model import actions, properties, releases, scenario
 from reqmodel.model.actions import Ctx, Step, apply
 from reqmodel.model.state import DStage
 from reqmodel.traces import itf
-from steps import run_steps
+from steps import RUNNING, run_steps
 
 HONOURED = properties.CATALOG["client-abort-honoured"]
-
-# request 0 decoded once on decode: prefill has answered, decode runs it
-RUNNING = [
-    Step("p_intake", 0), Step("d_intake", 0), Step("p_door", 0), Step("d_door", 0),
-    Step("d_prealloc", 0, (0, (0, 1))), Step("p_recv_metadata", 0),
-    Step("p_pop_bootstrapped", 0), Step("p_forward", 0), Step("p_result", 0),
-    Step("xfer_dequeue", 0), Step("xfer_write", 0), Step("p_inflight", 0),
-    Step("d_recv_status", 0), Step("d_transferred", 0), Step("d_attend", 0)]
-
 
 def _ctx(name, release="0.5.21"):
     return Ctx(releases.get(release), scenario.builtin(name))
@@ -33,7 +24,7 @@ def _ctx(name, release="0.5.21"):
 
 def test_an_abort_for_a_request_held_for_rebootstrap_is_lost():
     ctx = _ctx("pause-abort-overlap")
-    s = run_steps(ctx, RUNNING + [Step("d_pause_retract", 0)])
+    s = run_steps(ctx, list(RUNNING) + [Step("d_pause_retract", 0)])
     assert s.d[0].stage is DStage.DOOR and s.d[0].door_flag == "rebootstrap"
     assert actions.BY_NAME["d_abort"].enabled(ctx, s, 0)
     s2 = run_steps(ctx, [Step("d_abort", 0)], s)
@@ -49,7 +40,7 @@ def test_a_memory_retraction_is_requeued_in_the_same_iteration():
     """retract_decode's requeue (is_retracted=True) is not a hold: no abort
     can be read in between."""
     ctx = _ctx("retract-abort")
-    s = run_steps(ctx, RUNNING + [Step("d_retract", 0)])
+    s = run_steps(ctx, list(RUNNING) + [Step("d_retract", 0)])
     assert s.d[0].door_flag == "retracted"
     assert not actions.BY_NAME["d_abort"].enabled(ctx, s, 0)
 
@@ -69,7 +60,7 @@ def test_method_3s_one_pass_is_allowed():
     requeues it with its host backup, and the resumed request is attended
     once more before the pass that promotes the abort: allowed."""
     ctx = _ctx("retract-abort")
-    s = run_steps(ctx, RUNNING + [Step("d_abort", 0), Step("d_retract", 0), Step("d_door", 0),
+    s = run_steps(ctx, list(RUNNING) + [Step("d_abort", 0), Step("d_retract", 0), Step("d_door", 0),
                                   Step("d_resume", 0, (0, (0, 1)))])
     s2, evs = apply(ctx, s, Step("d_attend", 0))
     assert s.d[0].to_finish is not None
@@ -108,7 +99,7 @@ def test_the_host_backup_is_a_resource_released_once():
     that still holds one breaks release-exactly-once."""
     once = properties.CATALOG["release-exactly-once"]
     ctx = _ctx("retract-abort")
-    s = run_steps(ctx, RUNNING + [Step("d_retract", 0), Step("d_door", 0)])
+    s = run_steps(ctx, list(RUNNING) + [Step("d_retract", 0), Step("d_door", 0)])
     assert s.d[0].retraction_backup
     for step in (Step("d_abort", 0), Step("d_resume", 0, (0, (0, 1)))):
         s2, evs = apply(ctx, s, step)

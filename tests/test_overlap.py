@@ -10,19 +10,13 @@ from reqmodel.engines import exhaustive as explore
 from reqmodel.model import actions, properties, releases, scenario
 from reqmodel.model.actions import Ctx, Step
 from reqmodel.model.scenario import ScenarioError, from_dict, to_dict
-from steps import run_steps
+from steps import RUNNING, run_steps
 
 PREALLOC = properties.CATALOG["aborted-not-preallocated"]
 RESUME = properties.CATALOG["reentry-can-resume"]
 
-# pause-abort's counterexample up to the abort: request 0 runs on decode and
-# the client's abort has set to_finish (method 3)
-ABORTED_WHILE_RUNNING = [
-    Step("p_intake", 0), Step("d_intake", 0), Step("p_door", 0), Step("d_door", 0),
-    Step("d_prealloc", 0, (0, (0, 1))), Step("p_recv_metadata", 0),
-    Step("p_pop_bootstrapped", 0), Step("p_forward", 0), Step("p_result", 0),
-    Step("xfer_dequeue", 0), Step("xfer_write", 0), Step("d_recv_status", 0),
-    Step("d_transferred", 0), Step("d_attend", 0), Step("d_abort", 0)]
+# request 0 runs on decode and the client's abort has set to_finish (method 3)
+ABORTED_WHILE_RUNNING = list(RUNNING) + [Step("d_abort", 0)]
 
 
 @pytest.mark.parametrize("overlap", [True, False])

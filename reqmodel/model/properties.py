@@ -420,12 +420,18 @@ def waiting(s: State, r: int) -> bool:
     return arrived and not answered(s, r)
 
 
-def deadlocked(ctx: Ctx, s: State) -> bool:
-    """Some request's client waits and no step of the deployment's own is
-    enabled: only a timeout (or the environment) can move it."""
-    if not any(waiting(s, r) for r in range(len(s.p))):
+def stuck(ctx: Ctx, s: State, pending: Callable[[State, int], bool]) -> bool:
+    """Some request is ``pending`` and no step of the deployment's own is
+    enabled: only a timeout (or the environment) can move it (the deadlock
+    form of an always-possibly property)."""
+    if not any(pending(s, r) for r in range(len(s.p))):
         return False
     return not any(a.own(ctx, s, r) for a, r in enabled(ctx, s))
+
+
+def deadlocked(ctx: Ctx, s: State) -> bool:
+    """Some request's client waits and only a timeout can move it."""
+    return stuck(ctx, s, waiting)
 
 
 prop(
@@ -439,6 +445,7 @@ prop(
                  "timeout or the environment able to move); the AG EF form needs the whole "
                  "state graph: use the exhaustive engine",
 )
+
 
 def _aborted(s: State, r: int) -> bool:
     return s.aborted_by_client[r] or s.d[r].client_aborted
@@ -456,12 +463,6 @@ def held_after_abort(s: State, r: int) -> bool:
     return _aborted(s, r) and not ended(s, r)
 
 
-def _stuck_after_abort(ctx: Ctx, s: State) -> bool:
-    if not any(held_after_abort(s, r) for r in range(len(s.p))):
-        return False
-    return not any(a.own(ctx, s, r) for a, r in enabled(ctx, s))
-
-
 prop(
     name="abort-released-without-timeout", kind="always-possibly", ref="#23",
     text="From every state reached without a timeout, a request whose client's abort has "
@@ -469,7 +470,7 @@ prop(
          "freed) through the deployment's own steps: no worker holds it until a timeout.",
     goal=ended, pending=held_after_abort,
     applies=lambda rel, sc: sc.events.any("client_abort"),
-    partial=lambda ctx, s: not _stuck_after_abort(ctx, s),
+    partial=lambda ctx, s: not stuck(ctx, s, held_after_abort),
     partial_note="checked only in its deadlock form (an aborted request held with nothing but "
                  "a timeout or the environment able to move); the AG EF form needs the whole "
                  "state graph: use the exhaustive engine",
