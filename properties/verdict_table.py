@@ -351,12 +351,17 @@ def violated_cells():
                 yield prop, sc, rel
 
 
-def pinned_length(prop: str, sc: str, rel: str) -> int:
-    """The shortest counterexample length a violated cell pins ("F<n>");
-    test_verdicts.py checks every pinned cell against the explorer."""
+def pinned_row(prop: str, sc: str):
+    """The cells pinned for ``prop`` on ``sc``, one per release, or None."""
     row = ESTABLISHED.get((prop, sc))
     if row is None and REFERENCE.get(prop, (None,))[0] == sc:
         row = REFERENCE[prop][1]
-    cell = row[RELEASES.index(rel)]
+    return row
+
+
+def pinned_length(prop: str, sc: str, rel: str) -> int:
+    """The shortest counterexample length a violated cell pins ("F<n>");
+    test_verdicts.py checks every pinned cell against the explorer."""
+    cell = pinned_row(prop, sc)[RELEASES.index(rel)]
     assert cell.startswith("F"), (prop, sc, rel, cell)
     return int(cell[1:])

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "properties"))
 
-from verdict_table import ESTABLISHED, REFERENCE, RELEASES  # noqa: E402
+from verdict_table import RELEASES, pinned_row  # noqa: E402
 
 from reqmodel import findings  # noqa: E402
 from reqmodel.cli.commands import cli  # noqa: E402
@@ -24,9 +24,7 @@ ORDER = {s: i for i, s in enumerate(findings.SEVERITIES)}
 
 
 def cells(prop: str, sc: str):
-    row = ESTABLISHED.get((prop, sc))
-    if row is None and REFERENCE.get(prop, (None,))[0] == sc:
-        row = REFERENCE[prop][1]
+    row = pinned_row(prop, sc)
     if row is None:
         raise SystemExit(f"findings.toml: {prop} on {sc} is not pinned in verdict_table.py")
     return dict(zip(RELEASES, row))

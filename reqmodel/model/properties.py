@@ -405,12 +405,16 @@ prop(
 # --------------------------------------------------------------- liveness
 
 
+def _aborted(s: State, r: int) -> bool:
+    """The client's abort of request r reached a worker."""
+    return s.aborted_by_client[r] or s.d[r].client_aborted
+
+
 def answered(s: State, r: int) -> bool:
     """Both workers have sent request r's final answer (the router waits for
     both responses: the client is answered when both are), or the client has
     given up on it (its abort reached a worker): nobody waits for it then."""
-    return ((s.p[r].answer is not None and s.d[r].answer is not None)
-            or s.aborted_by_client[r] or s.d[r].client_aborted)
+    return (s.p[r].answer is not None and s.d[r].answer is not None) or _aborted(s, r)
 
 
 def waiting(s: State, r: int) -> bool:
@@ -445,10 +449,6 @@ prop(
                  "timeout or the environment able to move); the AG EF form needs the whole "
                  "state graph: use the exhaustive engine",
 )
-
-
-def _aborted(s: State, r: int) -> bool:
-    return s.aborted_by_client[r] or s.d[r].client_aborted
 
 
 def ended(s: State, r: int) -> bool:

@@ -204,11 +204,10 @@ def liveness_lines(meta: dict) -> List[str]:
             f"own answers it; {ends_text(meta)}"]
 
 
-def to_markdown(meta: dict, rs: Sequence[Row]) -> str:
-    out = [f"### `{meta.get('property')}` on SGLang {meta.get('release')} "
-           f"(scenario `{meta.get('scenario')}`, {len(rs)} steps)", ""]
-    out += [f"> {line}" for line in header(meta)] + [""]
-    out += ["| # | actor | action | what happened | state changed |", "|---:|---|---|---|---|"]
+def markdown_table(meta: dict, rs: Sequence[Row]) -> List[str]:
+    """The steps as the lines of a Markdown table (the violating step and a
+    lasso's first step marked)."""
+    out = ["| # | actor | action | what happened | state changed |", "|---:|---|---|---|---|"]
     loop = meta.get("loop")
     for r in rs:
         mark = " **⚠ violation**" if r.violating else ""
@@ -217,7 +216,14 @@ def to_markdown(meta: dict, rs: Sequence[Row]) -> str:
         ev = "<br>".join(r.events) or "—"
         ch = "<br>".join(f"`{c}`" for c in r.changed) or "—"
         out.append(f"| {r.index} | {r.actor} | `{r.action}`{mark} | {ev} | {ch} |")
-    return "\n".join(out) + "\n"
+    return out
+
+
+def to_markdown(meta: dict, rs: Sequence[Row]) -> str:
+    out = [f"### `{meta.get('property')}` on SGLang {meta.get('release')} "
+           f"(scenario `{meta.get('scenario')}`, {len(rs)} steps)", ""]
+    out += [f"> {line}" for line in header(meta)] + [""]
+    return "\n".join(out + markdown_table(meta, rs)) + "\n"
 
 
 def _lane_of_msg(m: Msg) -> Tuple[str, str]:
@@ -313,13 +319,11 @@ def to_report(meta: dict, rs: Sequence[Row], mermaid: str, trace_file: str) -> s
                 f"- **Timing:** {f.timing}",
                 f"- **Closest upstream:** {'; '.join(f.upstream)}", "",
                 f.summary, ""]
-    out += [line for line in liveness_lines(meta)]
-    if liveness_lines(meta):
-        out.append("")
+    wait = liveness_lines(meta)
+    out += wait + ([""] if wait else [])
     out += ["<details><summary>Every step, with the state it changes</summary>", ""]
-    table = to_markdown(meta, rs).split("\n")
-    out += table[table.index("| # | actor | action | what happened | state changed |"):]
-    out += ["</details>", "", "```mermaid", mermaid.rstrip("\n"), "```", "",
+    out += markdown_table(meta, rs)
+    out += ["", "</details>", "", "```mermaid", mermaid.rstrip("\n"), "```", "",
             "Replay it on any release, or with a proposed guard change:", "", "```sh",
             f"reqmodel replay {trace_file}",
             f"reqmodel replay {trace_file} --release 0.5.23",

@@ -685,7 +685,8 @@ def scenarios(max_requests: int = 6, max_prompt: int = 8, max_pool: int = 12,
         rooms = d(st.one_of(st.just(()), st.lists(st.integers(1, n), min_size=n, max_size=n)))
         if decode.ranks == 1:  # several prefill ranks need one decode rank (drawn last)
             prefill = attrs.evolve(prefill, ranks=d(st.integers(1, max_ranks)))
-        # --disable-overlap-schedule on decode (drawn last: earlier draws keep their values)
+        # --disable-overlap-schedule on decode (drawn after the workers and rooms,
+        # so their draws keep the values they had before the option)
         decode = attrs.evolve(decode, overlap_schedule=d(st.booleans()))
         return Scenario(
             name=f"drawn-{n}", prompt_pages=prompts, prefill=prefill, decode=decode,
