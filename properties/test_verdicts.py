@@ -61,7 +61,15 @@ def test_every_reachability_property_can_fail():
 
 @pytest.mark.parametrize("release", RELEASES)
 def test_reachability_holds_on_every_scenario_with_a_valid_request(explored, release):
+    """... except where the table pins "U": a valid request that the release
+    always fails (checksum-layouts on 0.5.21/0.5.22: every good transfer is
+    aborted as corrupted)."""
     from reqmodel.model import scenario
+    i = RELEASES.index(release)
     for name in scenario.builtin_names():
         v = explored(release, name).verdicts["valid-request-completes"]
+        pinned = ESTABLISHED.get(("valid-request-completes", name))
+        if pinned is not None and pinned[i] == "U":
+            assert v.verdict == "violated", name
+            continue
         assert v.verdict in ("holds", "not-applicable"), name

@@ -37,7 +37,7 @@ def test_rooms_are_keyed_by_their_first_user():
                     "prefill": {"pool_pages": 2}, "decode": {"pool_pages": 2}})
     assert [sc.room_slot(r) for r in range(3)] == [0, 1, 0]
     assert [sc.room_id(r) for r in range(3)] == [1, 2, 1]
-    assert sc.room_users(2) == (0, 2) and sc.previous_user(2) == 0
+    assert sc.room_sharers(2) == (0, 2) and sc.previous_user(2) == 0
     assert sc.previous_user(0) is None and sc.shares_rooms
     # request 2 is its own symmetry class: it is not interchangeable with 0
     classes = explore.symmetry_classes(sc)

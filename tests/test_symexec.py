@@ -84,8 +84,12 @@ def test_a_path_reads_only_what_the_action_looks_at():
     lay = sx.Layout.of(ctx, 4)
     from reqmodel.model.actions import BY_NAME, initial_state
     (c,) = sx.learn(lay, lay.values(initial_state(scen)), BY_NAME["p_intake"], 0)
-    read = {k for k, _ in c.cond}
+    # every guard first asks whether a scheduler has died (State.crashed):
+    # the crash flags are the one read of every request's record
+    read = {k for k, _ in c.cond if k[2:] != ("crashed",)}
     assert ("p", 0, "stage") in read
+    assert {k for k, _ in c.cond if k[2:] == ("crashed",)} == {
+        (side, r, "crashed") for side in ("p", "d") for r in range(scen.n)}
     assert not any(k[0] in ("d_pages", "rooms", "net") or k[:2] == ("p", 1) for k in read)
     assert dict(c.effect)[("p", 0, "stage")][0] == "const"
 

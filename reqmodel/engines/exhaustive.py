@@ -159,7 +159,7 @@ def symmetry_classes(sc: Scenario, permute_requests: bool = True) -> Tuple[Tuple
     # a request that shares its room is told apart by its place in the room's
     # order of use (the later user starts only after the earlier one)
     return tuple((pages, tuple(sc.events.on(e, r) for e in EVENT_NAMES),
-                  r if len(sc.room_users(r)) > 1 or not permute_requests else -1)
+                  r if len(sc.room_sharers(r)) > 1 or not permute_requests else -1)
                  for r, pages in enumerate(sc.prompt_pages))
 
 

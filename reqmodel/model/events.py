@@ -230,6 +230,21 @@ class RankRelease(Event):
 
 
 @attrs.frozen
+class CorruptionAbort(Event):
+    """Decode aborts the request as corrupted: the commit found another
+    room's id in the metadata slot (``check == "room"``, "Context corruption
+    detected", dc 21:2456-2470), or the digest decode computed over its
+    pages differs from the one prefill wrote (``"checksum"``, "KV checksum
+    mismatch", dc 21:3039-3081)."""
+
+    kind: ClassVar[str] = "corruption-abort"
+    check: str
+
+    def describe(self) -> str:
+        return f"decode aborts the request as corrupted ({self.check} check failed)"
+
+
+@attrs.frozen
 class Crash(Event):
     """An exception escapes a scheduler loop: nothing catches it between the
     call and the loop, so the worker's scheduler process dies (and with it

@@ -267,7 +267,7 @@ prop(
          "a request that finished before its abort was read is a benign race (the abort "
          "then finds nothing to reach).",
     transition=every((ev.Stream, ev.Acquire, ev.Read), _abort_honoured),
-    applies=lambda rel, sc: sc.events.any("client_abort"),
+    applies=lambda rel, sc: _aborts(sc),
 )
 
 # ------------------------------------------- lifetime and ownership (#3)
@@ -311,6 +311,29 @@ prop(
     name="metadata-integrity", kind="always", ref="#3",
     text="Decode commits a transfer only on metadata its own room wrote, covering every page it reserved.",
     transition=every(ev.Commit, _commits_own_metadata),
+)
+
+
+def _corruption_was_real(e: ev.CorruptionAbort, pre: State, post: State) -> bool:
+    """The request decode aborts as corrupted did receive something its own
+    transfer did not write: a page of its range another request (or nobody)
+    wrote last, or metadata from another transfer (the slot's room, or the
+    digest it kept at commit, is another request's)."""
+    d = pre.d[e.rid]
+    own_pages = all(pre.d_pages[p].written_by(e.rid) for p in d.pages)
+    if e.check == "room":
+        own_meta = pre.d_slots[d.meta_slot].room == pre.room_slot(e.rid) + 1
+    else:
+        own_meta = d.expected_checksum is not None and d.expected_checksum[0] == e.rid
+    return not (own_pages and own_meta)
+
+
+prop(
+    name="no-false-corruption-abort", kind="always", ref="#23",
+    text="Decode aborts a request as corrupted (room check or KV checksum) only when its pages or "
+         "its metadata hold something its own transfer did not write: a good transfer is never "
+         "failed as corrupted.",
+    transition=every(ev.CorruptionAbort, _corruption_was_real),
 )
 
 
@@ -405,6 +428,12 @@ prop(
 # --------------------------------------------------------------- liveness
 
 
+def _aborts(sc: Scenario) -> bool:
+    """An abort can reach a worker: the client's, or the scheduler's own
+    waiting timeout (the same ``abort_request``)."""
+    return sc.events.any("client_abort") or sc.events.any("req_waiting_timeout")
+
+
 def _aborted(s: State, r: int) -> bool:
     """The client's abort of request r reached a worker."""
     return s.aborted_by_client[r] or s.d[r].client_aborted
@@ -417,11 +446,18 @@ def answered(s: State, r: int) -> bool:
     return (s.p[r].answer is not None and s.d[r].answer is not None) or _aborted(s, r)
 
 
+def settled(s: State, r: int) -> bool:
+    """Request r is ``answered``, or a scheduler died: a crashed server
+    answers nobody, but its clients get a connection error, not a wait for a
+    timeout, and ``no-scheduler-crash`` reports the crash."""
+    return answered(s, r) or s.crashed()
+
+
 def waiting(s: State, r: int) -> bool:
     """Request r's client waits: the request reached a worker and has not
     been answered (a request not sent yet keeps nobody waiting)."""
     arrived = s.p[r].stage is not PStage.ABSENT or s.d[r].stage is not DStage.ABSENT
-    return arrived and not answered(s, r)
+    return arrived and not settled(s, r)
 
 
 def stuck(ctx: Ctx, s: State, pending: Callable[[State, int], bool]) -> bool:
@@ -444,7 +480,7 @@ prop(
          "still be answered by both workers through the deployment's own steps: no timeout "
          "(bootstrap, waiting, deferred release) and no client abort, transfer failure, "
          "retraction or pause is needed.",
-    goal=answered, pending=waiting, partial=lambda ctx, s: not deadlocked(ctx, s),
+    goal=settled, pending=waiting, partial=lambda ctx, s: not deadlocked(ctx, s),
     partial_note="checked only in its deadlock form (a request unanswered with nothing but a "
                  "timeout or the environment able to move); the AG EF form needs the whole "
                  "state graph: use the exhaustive engine",
@@ -457,31 +493,38 @@ def ended(s: State, r: int) -> bool:
     return s.p[r].stage is PStage.GONE and s.d[r].stage is DStage.GONE
 
 
+def ended_or_down(s: State, r: int) -> bool:
+    """Request r has ``ended`` on both workers, or a scheduler died (as in
+    ``settled``)."""
+    return ended(s, r) or s.crashed()
+
+
 def held_after_abort(s: State, r: int) -> bool:
     """Request r's client has aborted (the abort reached a worker), and a
     worker has not ended it yet."""
-    return _aborted(s, r) and not ended(s, r)
+    return _aborted(s, r) and not ended_or_down(s, r)
 
 
 prop(
     name="abort-released-without-timeout", kind="always-possibly", ref="#23",
-    text="From every state reached without a timeout, a request whose client's abort has "
-         "reached a worker can still be ended on both workers (finished, its pages and slots "
-         "freed) through the deployment's own steps: no worker holds it until a timeout.",
-    goal=ended, pending=held_after_abort,
-    applies=lambda rel, sc: sc.events.any("client_abort"),
+    text="From every state reached without a timeout, a request whose abort (the client's, or "
+         "a scheduler's own SGLANG_REQ_WAITING_TIMEOUT) has reached a worker can still be ended "
+         "on both workers (finished, its pages and slots freed) through the deployment's own "
+         "steps: no worker holds it until a timeout.",
+    goal=ended_or_down, pending=held_after_abort,
+    applies=lambda rel, sc: _aborts(sc),
     partial=lambda ctx, s: not stuck(ctx, s, held_after_abort),
     partial_note="checked only in its deadlock form (an aborted request held with nothing but "
                  "a timeout or the environment able to move); the AG EF form needs the whole "
                  "state graph: use the exhaustive engine",
-    stuck="is still held by a worker after its client's abort",
+    stuck="is still held by a worker after its abort",
 )
 
 prop(
     name="no-livelock", kind="eventually", ref="L2",
     text="No cycle of the deployment's own steps that a weakly fair scheduler can run forever "
          "(every step that stays enabled is eventually taken) while a request's client waits.",
-    goal=answered, pending=waiting,
+    goal=settled, pending=waiting,
     partial_note="a lasso needs the whole state graph: use the exhaustive engine",
 )
 

@@ -77,6 +77,15 @@ class Release:
     # an optimistic release-and-requeue spends one of the request's
     # optimistic_prefill_attempts (pf 19:1375); only a mutant says False
     requeue_spends_attempt: bool
+    # decode's handshake (``_update_handshake_waiters``) polls every prealloc
+    # entry each iteration (True), or skips the poll while every entry is
+    # waiting_for_input and none concluded Failed (0.5.19, dc 19:871-879)
+    handshake_polls_waiting: bool
+    # SGLANG_REQ_WAITING_TIMEOUT reaches the PD event loops: ``_poll_timeout_aborts``
+    # turns an expired wait in the waiting queue into an AbortReq for this
+    # worker's own abort_request (0.5.20+); 0.5.19's ``_abort_on_waiting_timeout``
+    # runs only in get_next_batch_to_run, which neither PD loop calls
+    req_waiting_timeout: bool
     # the timeouts' defaults in seconds, by the environment variable that
     # sets them (each timeout action names its variable)
     timeouts: Tuple[Tuple[str, float], ...]
@@ -115,6 +124,8 @@ R0519 = Release(
     host_destination_backends=None,
     sender_poll_missing_room_fails=False,
     requeue_spends_attempt=True,
+    handshake_polls_waiting=False,
+    req_waiting_timeout=False,
     timeouts=(("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300),  # env 19:656
               ("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300),  # env 19:660
               ("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT", 30.0)),  # env 19:673
@@ -144,6 +155,9 @@ R0519 = Release(
         "clear": "cc 19:1339-1348 pops the ack target",
         "release": "dc 19:2405-2436 per rank: acks or 30 s",
         "sender_poll": "mc 19:2401 check_status KeyError on a popped room",
+        "handshake": "dc 19:862-926 (skips the poll while all wait; ValueError on Success)",
+        "req_waiting_timeout": "sch 19:3115-3144 only from get_next_batch_to_run (sch 19:3342); "
+                               "the PD loops pf 19:633-675, dc 19:2560 never call it",
         "timeouts": "env 19:656, 19:660, 19:673",
     },
     **_COMMON,
@@ -158,6 +172,8 @@ R0520 = attrs.evolve(
     conclude_transfer=True,
     client_abort_status=503,
     has_cache_handle=True,
+    handshake_polls_waiting=True,
+    req_waiting_timeout=True,
     cites={
         "prefill_door": "pf 20:399 (add -> create_sender, no door)",
         "decode_door": "dc 20:640 (add, no door)",
@@ -173,6 +189,8 @@ R0520 = attrs.evolve(
         "hold": "dc 20 (as 0.5.19)",
         "release": "dc 20:2492 (as 0.5.19)",
         "sender_poll": "mc 20:2555 (as 0.5.19)",
+        "handshake": "dc 20:887-942 (polls every entry; ValueError on Success)",
+        "req_waiting_timeout": "sch 20:3304 _poll_timeout_aborts, called from recv sch 20:2078",
         "timeouts": "env 20:689, 20:693, 20:707 (as 0.5.19)",
     },
 )
@@ -212,6 +230,8 @@ R0521 = attrs.evolve(
         "release": "dc 21:2806-2858 per rank for device destinations",
         "host_receive": "dc 21:698-704; bc 21:124, 21:229 (False, no backend overrides it)",
         "sender_poll": "mc 21:2822 (as 0.5.19)",
+        "handshake": "dc 21:1022-1077 (as 0.5.20)",
+        "req_waiting_timeout": "sch 21:3379-3401, called from recv sch 21:2075",
         "timeouts": "env 21:704, 21:708, 21:723 (as 0.5.19)",
     },
 )
@@ -244,6 +264,8 @@ R0522 = attrs.evolve(
            "p_waiting_abort": "pf 22:573",
            "host_receive": "dc 22:748-754; bc 22:130, 22:237 (as 0.5.21)",
            "sender_poll": "mc 22:3205 (as 0.5.19)",
+           "handshake": "dc 22:1094-1149 (as 0.5.20)",
+           "req_waiting_timeout": "sch 22:3471, called from recv sch 22:2116",
            "timeouts": "env 22:706, 22:710, 22:725 (as 0.5.19)"},
 )
 
@@ -275,6 +297,8 @@ R0523 = attrs.evolve(
            "clear_slot": "ut 23:517-522 (dc 23:2987, 3024)",
            "host_receive": "dc 23:772-778; bc 23:135, 23:249 (as 0.5.21)",
            "sender_poll": "cc 23:2353-2356 a missing room polls Failed",
+           "handshake": "dc 23:1124-1179 (as 0.5.20)",
+           "req_waiting_timeout": "sch 23:3598-3620, called from recv sch 23:2202",
            "timeouts": "env 23:759, 23:763, 23:778 (as 0.5.19)"},
 )
 

@@ -89,6 +89,10 @@ class Events:
     preempt: Tuple[int, ...] = ()
     transfer_failure: Tuple[int, ...] = ()
     timeouts: Tuple[int, ...] = ()
+    # SGLANG_REQ_WAITING_TIMEOUT is set (off by default) and may expire for
+    # these requests: the scheduler aborts a request that waited too long in
+    # its waiting queue, on that worker only
+    req_waiting_timeout: Tuple[int, ...] = ()
 
     def on(self, name: str, rid: int) -> bool:
         return rid in getattr(self, name)
@@ -122,6 +126,12 @@ class Scenario:
     # both responses), or from "decode" alone (the client stops waiting once
     # the generated text is in)
     reuse_room_after: str = "both"
+    # whether the users of a shared room take turns ("sequential": the next
+    # user is sent once the previous one has its answer, ``reuse_room_after``)
+    # or may be in flight at once ("concurrent": n > 1 parallel sampling,
+    # whose samples all carry their prompt's room, tm 19:1889-1891 …
+    # 23:2165-2167, or clients and routers that hand two requests one room)
+    room_users: str = "sequential"
     # which Mooncake transfer queue carries a request's chunks on a prefill
     # rank: "shared", one queue and worker thread for every request (one
     # prefill scheduler sending to one decode instance: every room names the
@@ -152,14 +162,14 @@ class Scenario:
         """Request r's ``bootstrap_room`` value (0 means "not ready" on decode)."""
         return self.room_slot(r) + 1
 
-    def room_users(self, r: int) -> Tuple[int, ...]:
+    def room_sharers(self, r: int) -> Tuple[int, ...]:
         """Every request that uses request r's room, in arrival order."""
         slot = self.room_slot(r)
         return tuple(i for i in range(self.n) if self.room_slot(i) == slot)
 
     def previous_user(self, r: int) -> Optional[int]:
         """The request that used r's room just before r, if any."""
-        earlier = [i for i in self.room_users(r) if i < r]
+        earlier = [i for i in self.room_sharers(r) if i < r]
         return earlier[-1] if earlier else None
 
     @property
@@ -180,7 +190,7 @@ _PREFILL = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
 _DECODE = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
            "metadata_buffers", "radix_cache", "ranks", "overlap_schedule"}
 _OPTIONS = {"optimistic_prefill_attempts", "deferred_release", "layouts_match",
-            "sessions", "hybrid_mamba", "result_timing", "reuse_room_after",
+            "sessions", "hybrid_mamba", "result_timing", "reuse_room_after", "room_users",
             "decode_host_receive", "transfer_queues", "client_abort_reaches"}
 EVENT_NAMES = tuple(f.name for f in attrs.fields(Events))
 _EVENTS = set(EVENT_NAMES)
@@ -300,6 +310,14 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
     if reuse_after not in ("both", "decode"):
         raise ScenarioError(
             f'options.reuse_room_after must be "both" or "decode", got {reuse_after!r}')
+    users = _get("options.", options, "room_users", str, "sequential")
+    if users not in ("sequential", "concurrent"):
+        raise ScenarioError(
+            f'options.room_users must be "sequential" or "concurrent", got {users!r}')
+    if users == "concurrent" and "reuse_room_after" in options:
+        raise ScenarioError(
+            'options.reuse_room_after applies only to room_users = "sequential" '
+            "(concurrent users of a room do not wait for each other's answers)")
     queues = _get("options.", options, "transfer_queues", str, "shared")
     if queues not in ("shared", "per-request"):
         raise ScenarioError(
@@ -330,6 +348,7 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
         events=ev,
         bootstrap_rooms=tuple(rooms),
         reuse_room_after=reuse_after,
+        room_users=users,
         transfer_queues=queues,
         client_abort_reaches=reaches,
     )
@@ -383,7 +402,8 @@ def to_dict(sc: Scenario) -> Dict[str, Any]:
             "deferred_release": "default" if sc.deferred_release is None else sc.deferred_release,
             "layouts_match": sc.layouts_match, "sessions": sc.sessions,
             "hybrid_mamba": sc.hybrid_mamba, "result_timing": sc.result_timing,
-            "reuse_room_after": sc.reuse_room_after,
+            **({"reuse_room_after": sc.reuse_room_after}
+               if sc.room_users == "sequential" else {"room_users": sc.room_users}),
             **({"transfer_queues": sc.transfer_queues}
                if sc.transfer_queues != "shared" else {}),
             **({"client_abort_reaches": sc.client_abort_reaches}

@@ -113,6 +113,9 @@ class PrefillReq:
     answer: Optional[int] = None  # status of the first final stream_output, if any
     # history: the client's abort reached P's scheduler while it held this Req
     abort_reached: bool = attrs.field(default=False, metadata=ITF_OMIT)
+    # history: prefill's scheduler raised on this request (a poll it has no
+    # branch for, release_kv_cache's assertion): the server is down
+    crashed: bool = attrs.field(default=False, metadata=ITF_OMIT)
 
     @property
     def holds_kv(self) -> bool:
@@ -163,6 +166,8 @@ class DecodeReq:
     read_foreign: bool = False  # history: attention read a page another request wrote
     answer: Optional[int] = None
     own_data: Optional[bool] = None  # for a 200: did the body come only from own pages
+    # history: decode's scheduler raised on this request's poll: the server is down
+    crashed: bool = attrs.field(default=False, metadata=ITF_OMIT)
 
     @property
     def holds_kv(self) -> bool:
@@ -373,6 +378,12 @@ class State:
     room_slots: Tuple[int, ...] = ()
 
     # -- small derived views used by guards ---------------------------------
+    def crashed(self) -> bool:
+        """A scheduler raised out of its loop: ``run_scheduler_process`` logs
+        the exception and kills its server, so nothing of either worker's
+        moves on in the model (a step after it is no step of the code's)."""
+        return any(r.crashed for r in self.p) or any(r.crashed for r in self.d)
+
     def p_pages_used(self) -> int:
         return sum(r.kv_pages for r in self.p)
 

@@ -696,6 +696,8 @@ def scenarios(max_requests: int = 6, max_prompt: int = 8, max_pool: int = 12,
             events=ev, bootstrap_rooms=tuple(rooms),
             reuse_room_after=d(st.sampled_from(["both", "decode"])),
             client_abort_reaches=d(st.sampled_from(["both", "prefill", "decode"])),
+            # drawn last, so every earlier draw keeps its value
+            room_users=d(st.sampled_from(["sequential", "concurrent"])),
             description="drawn by reqmodel.hypo.scenarios()")
     return draw()
 

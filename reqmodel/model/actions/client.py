@@ -133,3 +133,37 @@ def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
         s, evs = stream_d(s, r, c.abort_status.status)
         return s, (Release(r, "decode", "backup", req.retraction_backup),) + evs
     return set_d(s, r, to_finish=c.abort_status), ()
+
+
+def _p_waited_too_long(c, s, r):
+    return (c.release.req_waiting_timeout and s.p[r].stage is PStage.WAITING
+            and not s.aborted_by_client[r])
+
+
+@action("prefill", guard=_p_waited_too_long, event="req_waiting_timeout")
+def p_req_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """``SGLANG_REQ_WAITING_TIMEOUT`` on prefill (off by default, env
+    21:634): ``_poll_timeout_aborts`` (sch 20:3304, 21:3379-3401,
+    22:3471, 23:3598-3620) finds the request in the waiting queue past its
+    deadline (``wait_queue_entry_time``, set when ``pop_bootstrapped`` moves
+    it there, pf 21:521/534) and hands an ``AbortReq`` (503, "Request
+    waiting timeout reached.") to this worker's own ``abort_request``: the
+    client's abort, reaching prefill only (``p_abort``).  Decode hears
+    nothing.  An operator's deadline, not the deployment's progress: an
+    environment step, like the client's abort."""
+    return p_abort(c, s, r)
+
+
+def _d_waited_too_long(c, s, r):
+    return (c.release.req_waiting_timeout and s.d[r].stage is DStage.WAITING
+            and not s.d[r].client_aborted)
+
+
+@action("decode", guard=_d_waited_too_long, event="req_waiting_timeout")
+def d_req_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """``SGLANG_REQ_WAITING_TIMEOUT`` on decode: the same
+    ``_poll_timeout_aborts`` for a committed request in decode's waiting
+    queue (``wait_queue_entry_time`` set at commit, dc 21:2574), handled by
+    decode's ``abort_request`` as ``d_abort`` (method 1: pages released,
+    503 streamed).  Prefill has already answered."""
+    return d_abort(c, s, r)

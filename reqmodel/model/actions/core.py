@@ -3,6 +3,7 @@ the next-state relation as the disjunction of the registered actions
 (``successors``), with ``apply`` to re-execute one recorded step."""
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
@@ -102,6 +103,16 @@ class Action:
         return self.choices(ctx, s, rid) if self.choices else ((),)
 
 
+class SchedulerDied(Exception):
+    """Raised inside an effect where the code raises out of a scheduler's
+    loop part-way through a step: the step ends there, with the state and
+    events up to the raise (the state marks the crash, ``State.crashed``)."""
+
+    def __init__(self, state: State, events: Tuple[Event, ...]):
+        super().__init__(events)
+        self.state, self.events = state, events
+
+
 RANK_ARG = ("rank",)  # the choice of actions that name a decode rank
 PRANK_ARG = ("prefill_rank",)  # ... that name a prefill rank (its transfer worker)
 CHANNEL_ARG = ("rank", "prefill_rank")  # ... that name a decode-prefill rank pair
@@ -124,9 +135,23 @@ def action(actor: str, guard: Callable, choices: Callable = None, event: str = N
         worker = "prefill" if actor == "transfer" else actor
     assert worker in ("prefill", "decode"), worker
 
+    def alive(ctx, s, rid, _guard=guard):
+        # a crash ends the run: every guard is false once a scheduler died
+        return not s.crashed() and _guard(ctx, s, rid)
+
+    alive.__doc__, alive.__name__ = guard.__doc__, getattr(guard, "__name__", "guard")
+
     def deco(fn):
         names = tuple(arg_names)
-        a = Action(fn.__name__, actor, guard, fn, choices, event, names,
+
+        @functools.wraps(fn)
+        def effect(ctx, s, rid, arg=()):
+            try:
+                return fn(ctx, s, rid, arg)
+            except SchedulerDied as died:  # the rest of the step never runs
+                return died.state, died.events
+
+        a = Action(fn.__name__, actor, alive, effect, choices, event, names,
                    len(names) if names in (RANK_ARG, PRANK_ARG, CHANNEL_ARG) else optional_args,
                    worker, timeout, seam, event is not None if environment is None else environment,
                    follows)

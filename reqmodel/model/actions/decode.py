@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from reqmodel.model.events import (AckRelease, Acquire, Commit, DoorRetire, Prealloc, RankRelease,
+from reqmodel.model.events import (AckRelease, Acquire, Commit, CorruptionAbort, Crash, DoorRetire, Prealloc, RankRelease,
                                    Read, Release, StatusDropped, poll_key_error)
 from reqmodel.model.actions.core import action, Ctx, Effect, PRANK_ARG, set_d
 from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, notify_abort, receiver_clear,
-                                              receiver_fail, receiver_init, receiver_poll, room_id,
-                                              set_d_room)
+                                              layout_tag, receiver_fail, receiver_init,
+                                              receiver_poll, room_id, set_d_room)
 from reqmodel.model.actions.req import run_retire_cleanup, stream_d, validate_intake
 from reqmodel.model.actions.transport import (arriving, channels, consume, prank_args, prank_of,
                                               send)
@@ -153,10 +153,52 @@ def _prealloc_choices(c, s, r):
                     yield (prefix, pages, slot)
 
 
+def _handshake_polls(c: Ctx, s: State) -> bool:
+    """``_update_handshake_waiters`` polls the whole prealloc queue at every
+    ``pop_preallocated`` from 0.5.20 (dc 20:887-905); 0.5.19 skips the poll
+    while every entry is ``waiting_for_input`` and none concluded Failed (dc
+    19:871-879).  The model's ``d_door`` is the add and the entry's first
+    handshake poll at once: an entry is waiting when that poll read
+    WaitingForInput."""
+    return c.release.handshake_polls_waiting or any(
+        d.stage is DStage.PREALLOC and d.has_receiver
+        and d.receiver_state is not KVPoll.WaitingForInput for d in s.d)
+
+
+def _handshake_sees_success(c, s, r):
+    req = s.d[r]
+    return (req.stage is DStage.PREALLOC and req.has_receiver
+            and receiver_poll(c, s, r) in (KVPoll.Transferring, KVPoll.Success)
+            and _handshake_polls(c, s))
+
+
+@action("decode", guard=_handshake_sees_success)
+def d_unexpected_poll(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """``_update_handshake_waiters`` has branches for Bootstrapping,
+    WaitingForInput and Failed only and raises ``ValueError("Unexpected poll
+    case")`` on anything else (dc 19:926, 20:942, 21:1077, 22:1149,
+    23:1179); ``pop_preallocated`` calls it first (dc 19:1094, 21:1245) and
+    nothing catches it: the decode scheduler dies.  A handshaking receiver
+    reads Success when another request of its room has it on decode's
+    ``request_status[room]``: ``update_status`` keeps the larger state, so a
+    new receiver's Bootstrapping and WaitingForInput do not lower it (cc
+    19:365-380, 21:415-433).  The run ends here (``State.crashed``)."""
+    poll = receiver_poll(c, s, r)
+    s = set_d(s, r, receiver_state=KVPoll.Failed, crashed=True)
+    return s, (Crash(r, "decode", "ValueError", "_update_handshake_waiters",
+                     f"unexpected poll case {poll.name}"),)
+
+
 def _can_prealloc(c, s, r):
+    """An entry the handshake found waiting is preallocated without another
+    poll (``pop_preallocated`` reads ``waiting_for_input``, dc 19:1183,
+    21:1348): on 0.5.19, if its room has since reached Success on decode and
+    the handshake skipped its poll, it goes on to the transfer queue, which
+    commits on that Success."""
     req = s.d[r]
     return (req.stage is DStage.PREALLOC and not _prealloc_drop(c, s, r)
-            and receiver_poll(c, s, r) == KVPoll.WaitingForInput and bool(slot_choices(s))
+            and req.receiver_state is KVPoll.WaitingForInput
+            and not _handshake_sees_success(c, s, r) and bool(slot_choices(s))
             and len(s.free_d_pages()) >= _prealloc_need(c, req, 1 if _radix_hit_possible(c, req)
                                                         else 0))
 
@@ -310,7 +352,10 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
             return s, (Commit(r, "decode", room_id(c, r), counted, c.scenario.prefill.ranks),)
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=refused,
                   cache_handle=False, session_slot=False)
-        return stream_d(s, r, refused.status)
+        s, evs = stream_d(s, r, refused.status)
+        if slot.room != 0:  # room 0 is "not ready", not a corruption
+            evs = (CorruptionAbort(r, "decode", "room"),) + evs
+        return s, evs
     s = set_d(receiver_fail(c, s, r), r, finished_reason=ABORT_500, receiver_state=KVPoll.Failed)
     s, evs = stream_d(s, r, 500)
     holders: Tuple[int, ...] = ()
@@ -343,9 +388,9 @@ def d_poll_popped_room(c: Ctx, s: State, r: int, arg=()) -> Effect:
     ``request_status[room]`` (cc 19:362-363 ... 23:608-609) and raises
     KeyError, which neither ``pop_preallocated`` nor ``pop_transferred``
     catches (``poll_and_all_reduce``, utils 19:205-212): the decode
-    scheduler's loop dies.  The model records the crash and fails the
-    request so the search can go on; ``no-poll-of-popped-room`` flags it."""
-    s = set_d(s, r, receiver_state=KVPoll.Failed)
+    scheduler's loop dies.  The run ends here (``State.crashed``);
+    ``no-poll-of-popped-room`` flags it."""
+    s = set_d(s, r, receiver_state=KVPoll.Failed, crashed=True)
     return s, (poll_key_error(r, "decode"),)
 
 
@@ -356,7 +401,8 @@ def _d_digest(c: Ctx, s: State, r: int) -> Tuple:
     start = c.release.checksum.start(req.prefix_pages)
     length = req.origin_pages - start
     own = all(s.d_pages[p].written_by(r) for p in req.pages[max(start - req.prefix_pages, 0):])
-    return (r, start, length) if own else ("mismatch",)
+    return (r, start, length) + layout_tag(c, "decode") if own else ("mismatch",)
+
 
 
 def _prebuilt_ready(c, s, r):
@@ -372,7 +418,8 @@ def d_attend(c: Ctx, s: State, r: int, arg=()) -> Effect:
     if req.expected_checksum is not None and _d_digest(c, s, r) != req.expected_checksum:
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=ABORT_500,
                   cache_handle=False, session_slot=False)
-        return stream_d(s, r, 500)
+        s, evs = stream_d(s, r, 500)
+        return s, (CorruptionAbort(r, "decode", "checksum"),) + evs
     foreign = tuple(p for p in req.pages if s.d_pages[p].foreign_to(r))
     s = set_d(s, r, stage=DStage.RUNNING, expected_checksum=None,
               read_foreign=req.read_foreign or bool(foreign))

@@ -12,9 +12,14 @@ from reqmodel.model.state import DStage, PStage, State
 def _room_free_for(c: Ctx, s: State, r: int) -> bool:
     """A request that reuses a ``bootstrap_room`` (``GenerateReqInput.bootstrap_room``
     is the client's to set) is sent once the room's previous user has its
-    answer: from both workers, or from decode alone (``reuse_room_after``)."""
+    answer: from both workers, or from decode alone (``reuse_room_after``).
+    Concurrent users (``room_users``) are sent whenever: the samples of an
+    n > 1 request are sent one after another without waiting, each a copy of
+    its prompt's object with the prompt's room (tm 19:1889-1891,
+    20:2017-2019, 21:2038-2040, 22:2164-2166, 23:2165-2167), and each
+    server's tokenizer does this on its own."""
     prev = c.scenario.previous_user(r)
-    if prev is None:
+    if prev is None or c.scenario.room_users == "concurrent":
         return True
     both = c.scenario.reuse_room_after == "both"
     return s.d[prev].answer is not None and (not both or s.p[prev].answer is not None)

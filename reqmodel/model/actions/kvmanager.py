@@ -240,3 +240,11 @@ def fresh_generation(c: Ctx, s: State, r: int) -> int:
     k = s.room_slot(r)
     used += [m.gen for m in s.net if m.kind in ("abort", "ack") and s.room_slot(m.rid) == k]
     return max(used, default=0) + 1
+
+
+def layout_tag(c: Ctx, side: str) -> Tuple:
+    """A digest covers the worker's own KV buffers (``KvChecksumComputer``
+    over ``kv_data_ptrs``, checksum 21:82-120): with another TP width, PP
+    stage, page size or dtype on the two workers (``layouts_match = false``)
+    the same KV gives different digests.  () where they match."""
+    return () if c.scenario.layouts_match else (side,)

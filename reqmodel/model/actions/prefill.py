@@ -382,9 +382,8 @@ def p_poll_popped_room(c: Ctx, s: State, r: int, arg=()) -> Effect:
     KeyError escapes ``poll_and_all_reduce`` (ut 19:205-217) into the
     bootstrap, waiting or inflight queue's loop (pf 19:452, 19:527, 19:876):
     the prefill scheduler dies.  0.5.23's ``CommonKVSender`` polls Failed
-    instead (cc 23:2353-2356).  The model records the crash and latches
-    Failed so the search can go on."""
-    return set_p(s, r, concluded=KVPoll.Failed), (poll_key_error(r, "prefill"),)
+    instead (cc 23:2353-2356).  The run ends here (``State.crashed``)."""
+    return set_p(s, r, concluded=KVPoll.Failed, crashed=True), (poll_key_error(r, "prefill"),)
 
 
 def _unexpected_poll(c, s, r):
@@ -417,11 +416,11 @@ def p_unexpected_poll(c: Ctx, s: State, r: int, arg=()) -> Effect:
     on Transferring or Success (pf 19:1065, 20:1169, 21:1226, 22:1353,
     23:1396).  Nothing catches it: the prefill scheduler dies.  A room entry
     another request of the room moved on (its late write's Success, its
-    re-created sender) is how a request gets there.  The model records the
-    crash and latches Failed so the search can go on."""
+    re-created sender) is how a request gets there.  The run ends here
+    (``State.crashed``)."""
     where = _unexpected_poll(c, s, r)
     poll = sender_poll(c, s, r)
-    return set_p(s, r, concluded=KVPoll.Failed), (
+    return set_p(s, r, concluded=KVPoll.Failed, crashed=True), (
         Crash(r, "prefill", "RuntimeError", where, f"unexpected poll state {poll.name}"),)
 
 

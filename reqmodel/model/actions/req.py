@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from reqmodel.model.events import Crash, Release, Stream
-from reqmodel.model.actions.core import Ctx, Event, set_d, set_p
+from reqmodel.model.actions.core import Ctx, Event, SchedulerDied, set_d, set_p
 from reqmodel.model.state import ABORT_400, State
 
 
@@ -23,8 +23,9 @@ def p_release_kv(c: Ctx, s: State, r: int, unconditional: bool) -> Tuple[State, 
     held = req.holds_kv or req.holds_mamba
     evs: Tuple[Event, ...] = (Release(r, "prefill", "kv", held),) if (held or unconditional) else ()
     if unconditional and not req.holds_kv and not c.scenario.hybrid_mamba:
-        evs += (Crash(r, "prefill", "AssertionError", "release_kv_cache",
-                      "the request holds no KV and the tree cache keeps no Mamba state"),)
+        raise SchedulerDied(set_p(s, r, crashed=True), evs + (
+            Crash(r, "prefill", "AssertionError", "release_kv_cache",
+                  "the request holds no KV and the tree cache keeps no Mamba state"),))
     return set_p(s, r, kv_pages=0, holds_mamba=False), evs
 
 

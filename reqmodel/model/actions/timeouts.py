@@ -95,7 +95,7 @@ def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
     # them is released (a release pops the room's tracker), dc 19:2413-2423
     tracker = d_room_of(c, s, r)
     evs: Tuple[Event, ...] = ()
-    for u in c.scenario.room_users(r):
+    for u in c.scenario.room_sharers(r):
         s, ev = resolve_held(c, s, u, tracker)
         evs += ev
     return s, evs

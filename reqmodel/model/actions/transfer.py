@@ -10,7 +10,8 @@ from typing import Tuple
 
 from reqmodel.model.events import Write, XferSkip
 from reqmodel.model.actions.core import action, CHANNEL_ARG, Ctx, Effect, PRANK_ARG, pranks
-from reqmodel.model.actions.kvmanager import (maybe_ack_drained, outstanding, pop_transfer_infos,
+from reqmodel.model.actions.kvmanager import (layout_tag, maybe_ack_drained, outstanding,
+                                              pop_transfer_infos,
                                               record_failure, register_ack_target, room_id, room_of,
                                               set_room, takes_chunks, update_status)
 from reqmodel.model.actions.transport import (arrival_of, consume, next_d_to_p,
@@ -160,7 +161,7 @@ def _p_digest(c: Ctx, s: State, r: int, q: int = 0) -> Tuple:
     range of P's own KV is modelled as (request, first page, length)."""
     req = s.p[r]
     start = c.release.checksum.start(room_of(c, s, r, q).prefix)
-    return (r, start, min(req.extend_end, req.origin_pages) - start)
+    return (r, start, min(req.extend_end, req.origin_pages) - start) + layout_tag(c, "prefill")
 
 
 def _room_passed_on(c: Ctx, s: State, r: int) -> bool:

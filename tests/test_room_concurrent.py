@@ -1,0 +1,126 @@
+"""Concurrent users of one bootstrap_room (issue #23, ``room_users``), the
+decode handshake's crash on a Success it has no branch for, and a crash
+ending the run.
+
+n > 1 sampling sends every sample with its prompt's room (tm 21:2038-2040),
+so several requests of one room can be in flight at once; the model keys
+prefill's and decode's room state by the room, so they meet there."""
+import attrs
+import pytest
+
+from reqmodel.engines import exhaustive as explore
+from reqmodel.model import properties, releases, scenario
+from reqmodel.model.actions import Ctx, Step, apply, enabled, initial_state
+from reqmodel.model.scenario import ScenarioError, from_dict, to_dict
+from reqmodel.model.state import KVPoll
+from steps import run_steps
+
+CONCURRENT = scenario.builtin("room-concurrent")
+SEQUENTIAL = attrs.evolve(CONCURRENT, name="room-sequential", room_users="sequential")
+P = properties.CATALOG
+
+
+def verdict(rel, sc, name):
+    ex = explore.explore(rel, sc, (P[name],), stop_early=False, keep_graph=name in (
+        "answered-without-timeout", "no-livelock"))
+    v = ex.verdicts[name]
+    return v.verdict, v.trace_length
+
+
+def test_the_option_is_read_checked_and_written_back():
+    assert CONCURRENT.room_users == "concurrent" and CONCURRENT.shares_rooms
+    base = {"name": "x", "prompt_pages": [1, 1], "bootstrap_rooms": [1, 1],
+            "prefill": {"pool_pages": 2}, "decode": {"pool_pages": 2}}
+    assert from_dict(base).room_users == "sequential"
+    with pytest.raises(ScenarioError, match='room_users must be "sequential" or "concurrent"'):
+        from_dict({**base, "options": {"room_users": "parallel"}})
+    with pytest.raises(ScenarioError, match="reuse_room_after applies only to room_users"):
+        from_dict({**base, "options": {"room_users": "concurrent", "reuse_room_after": "both"}})
+    again = from_dict(to_dict(CONCURRENT), origin="room-concurrent")
+    assert again.room_users == "concurrent" and "reuse_room_after" not in to_dict(CONCURRENT)["options"]
+
+
+def test_a_concurrent_user_is_sent_before_the_earlier_one_is_answered():
+    ctx_c = Ctx(releases.get("0.5.21"), CONCURRENT)
+    ctx_s = Ctx(releases.get("0.5.21"), SEQUENTIAL)
+    s = initial_state(CONCURRENT)
+    assert apply(ctx_c, s, Step("d_intake", 1)) is not None
+    assert apply(ctx_s, s, Step("d_intake", 1)) is None
+
+
+@pytest.mark.parametrize("name", ["no-scheduler-crash", "no-foreign-kv-read",
+                                  "answered-without-timeout"])
+def test_taking_turns_removes_what_concurrency_finds(name):
+    """The same two requests, one after the other, crash nothing, read
+    nothing foreign and leave nobody waiting."""
+    rel = releases.get("0.5.21")
+    assert verdict(rel, CONCURRENT, name)[0] == "violated"
+    assert verdict(rel, SEQUENTIAL, name)[0] == "holds"
+
+
+# r0 transferred and its Success on decode's request_status; r1's receiver
+# is created on the room afterwards
+AFTER_SUCCESS = (
+    Step("p_intake", 0), Step("d_intake", 0), Step("d_intake", 1), Step("p_door", 0),
+    Step("d_door", 0), Step("d_prealloc", 0, (0, (0,))), Step("p_recv_metadata", 0),
+    Step("p_pop_bootstrapped", 0), Step("p_forward", 0), Step("p_result", 0),
+    Step("xfer_dequeue", 0), Step("xfer_write", 0), Step("d_recv_status", 0))
+
+
+@pytest.mark.parametrize("release", releases.NAMES)
+def test_a_new_receiver_on_a_room_with_success_crashes_the_handshake(release):
+    """update_status keeps the larger state, so the new receiver's first
+    handshake poll reads Success: ValueError("Unexpected poll case")."""
+    ctx = Ctx(releases.get(release), CONCURRENT)
+    s = run_steps(ctx, AFTER_SUCCESS + (Step("d_door", 1),))
+    assert s.d[1].receiver_state is KVPoll.Success
+    assert apply(ctx, s, Step("d_prealloc", 1, (0, (1,)))) is None
+    nxt, evs = apply(ctx, s, Step("d_unexpected_poll", 1))
+    assert [e.kind for e in evs] == ["crash"] and evs[0].error == "ValueError"
+    assert nxt.d[1].crashed and nxt.crashed()
+
+
+def test_a_waiting_entry_is_polled_again_from_0_5_20_only():
+    """An entry the handshake found waiting, whose room then reaches Success:
+    0.5.19 skips the poll while every entry waits and preallocates it; 0.5.20+
+    polls every entry and raises."""
+    head = (Step("p_intake", 0), Step("d_intake", 0), Step("d_intake", 1), Step("p_door", 0),
+            Step("d_door", 0), Step("d_door", 1), Step("d_prealloc", 0, (0, (0,))),
+            Step("p_recv_metadata", 0), Step("p_pop_bootstrapped", 0), Step("p_forward", 0),
+            Step("p_result", 0), Step("xfer_dequeue", 0), Step("xfer_write", 0),
+            Step("d_recv_status", 0))
+    two_slots = attrs.evolve(CONCURRENT, decode=attrs.evolve(CONCURRENT.decode,
+                                                             metadata_buffers=2))
+    old = Ctx(releases.get("0.5.19"), two_slots)
+    s = run_steps(old, head)
+    assert apply(old, s, Step("d_unexpected_poll", 1)) is None
+    assert apply(old, s, Step("d_prealloc", 1, (0, (1,)))) is not None
+    new = Ctx(releases.get("0.5.20"), two_slots)
+    s = run_steps(new, head)
+    assert apply(new, s, Step("d_unexpected_poll", 1)) is not None
+    assert apply(new, s, Step("d_prealloc", 1, (0, (1,)))) is None
+
+
+def test_nothing_moves_after_a_crash():
+    """A scheduler that raised takes its server down: no step of either
+    worker follows, and nobody counts as waiting for a timeout."""
+    ctx = Ctx(releases.get("0.5.21"), CONCURRENT)
+    s = run_steps(ctx, AFTER_SUCCESS + (Step("d_door", 1), Step("d_unexpected_poll", 1)))
+    assert list(enabled(ctx, s)) == []
+    assert not properties.waiting(s, 0) and properties.settled(s, 1)
+    before = run_steps(ctx, AFTER_SUCCESS + (Step("d_door", 1),))
+    assert list(enabled(ctx, before)) and properties.waiting(before, 1)
+
+
+def test_an_assertion_in_release_kv_cache_ends_the_step_where_it_raises():
+    """0.5.19 late-result-unit: release_kv_cache's assertion kills prefill in
+    the middle of the inflight step, before the stream and the clear."""
+    rel = releases.get("0.5.19")
+    sc = scenario.builtin("late-result-unit")
+    ex = explore.explore(rel, sc, (P["no-scheduler-crash"],), stop_early=False,
+                         keep_graph=False)
+    v = ex.verdicts["no-scheduler-crash"]
+    assert v.verdict == "violated"
+    kinds = [e.kind for e in v.trace.events[-1]]
+    assert kinds[-1] == "crash" and "stream" not in kinds
+    assert v.trace.states[-1].crashed()
