@@ -57,8 +57,7 @@ NOT_FOUND_BY_CI = {
     # issue #3's in-flight writes: decode releases, another request takes the
     # page, and the chunk lands before prefill has processed the ABORT
     **{("no-reuse-during-inflight-write", sc, rel): f"a write racing the abort: {pct} of runs"
-       for sc, rel, pct in (("optimistic-abort-unit", "0.5.19", "0.04 %"),
-                            ("optimistic-abort-unit", "0.5.20", "0.01 %"))},
+       for sc, rel, pct in (("optimistic-abort-unit", "0.5.20", "0.01 %"),)},
     **{("no-foreign-kv-read", "inflight-reuse", rel):
        "a write racing the abort and landing after the next request's own write: "
        "1 to 3 runs in 10,000" for rel in ("0.5.19", "0.5.21", "0.5.22")},
@@ -87,7 +86,7 @@ NOT_FOUND_BY_CI = {
        "a failed write dequeued, then landing in the next request's page: "
        "missed by the ci profile since the chunk correction"
        for sc, rel in (("room-reuse-three", "0.5.21"), ("room-reuse-three", "0.5.22"),
-                       ("room-reuse-three", "0.5.23"), ("prefill-tp-failure", "0.5.21"))},
+                       ("room-reuse-three", "0.5.23"))},
     # an earlier request's write lands Success on the room a new sender
     # opened, then pop_bootstrapped runs
     **{("no-scheduler-crash", sc, rel):
@@ -104,18 +103,28 @@ NOT_FOUND_BY_CI = {
     **{(prop, sc, rel): f"missed by the ci profile's draws since issue #23's socket order: "
                         f"{pct} of runs"
        for prop, sc, rel, pct in (
-           ("commit-after-all-ranks", "room-reuse", "0.5.20", "0.03 %"),
            ("commit-after-all-ranks", "room-reuse", "0.5.23", "0.05 %"),
-           ("drain-ack-reaches-every-rank", "room-reuse", "0.5.23", "0.16 %"),
            ("no-foreign-kv-read", "inflight-reuse", "0.5.20", "0.02 %"),
-           ("no-foreign-kv-read", "room-reuse", "0.5.20", "0.02 %"),
            ("no-foreign-kv-read", "room-reuse", "0.5.23", "0.05 %"),
            ("no-foreign-kv-read", "transfer-failure", "0.5.21", "0.08 %"),
-           ("no-reuse-during-inflight-write", "inflight-reuse", "0.5.19", "0.22 %"),
-           ("no-scheduler-crash", "prefill-tp", "0.5.21", "0.04 %"),
            ("no-scheduler-crash", "prefill-tp", "0.5.23", "0.06 %"),
-           ("no-scheduler-crash", "room-reuse", "0.5.23", "0.05 %"),
        )},
+    # Issue #23's fifth and sixth steps: three scenarios, the waiting timeout's
+    # and the handshake's steps, and a crash ending the run (a crash step is
+    # now taken last unless the property looks for crashes).  The rules the
+    # machine draws from changed again and the derandomized draws moved:
+    # eight cells listed above are found now and were taken off; these are
+    # missed now (measured: pytest -n 2 properties/test_hypothesis.py on this
+    # stop; per-run rates not measured)
+    **{cell: "missed by the ci profile's draws since issue #23's crash-ends-run step"
+       for cell in (("abort-is-terminal", "optimistic-abort-unit", "0.5.19"),
+                    ("commit-after-all-ranks", "prefill-tp", "0.5.23"),
+                    ("commit-after-all-ranks", "room-reuse", "0.5.19"),
+                    ("no-foreign-kv-read", "prefill-tp", "0.5.23"),
+                    ("no-foreign-kv-read", "room-reuse", "0.5.19"),
+                    ("no-foreign-kv-read", "room-reuse-three", "0.5.20"),
+                    ("no-foreign-kv-read", "transfer-failure", "0.5.19"),
+                    ("no-reuse-during-inflight-write", "inflight-reuse", "0.5.22"))},
 }
 # the liveness cells are decided on the whole graph; the Hypothesis engine
 # checks only their deadlock form (tests/test_liveness.py)

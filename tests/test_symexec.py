@@ -84,8 +84,8 @@ def test_a_path_reads_only_what_the_action_looks_at():
     lay = sx.Layout.of(ctx, 4)
     from reqmodel.model.actions import BY_NAME, initial_state
     (c,) = sx.learn(lay, lay.values(initial_state(scen)), BY_NAME["p_intake"], 0)
-    # every guard first asks whether a scheduler has died (State.crashed):
-    # the crash flags are the one read of every request's record
+    # a step is enabled only while no scheduler has died (Action.enabled
+    # reads State.crashed): the crash flags are the one read of every record
     read = {k for k, _ in c.cond if k[2:] != ("crashed",)}
     assert ("p", 0, "stage") in read
     assert {k for k, _ in c.cond if k[2:] == ("crashed",)} == {

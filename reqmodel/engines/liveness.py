@@ -330,6 +330,8 @@ def ends_by(ctx: Ctx, states: Sequence, edges: Edges, start: int, rid: int
     found = set()
     for v in seen:
         s = states[v]
+        if s.crashed():  # nothing moves after a crash
+            continue
         for a in ACTIONS:
             if a.timeout is None:
                 continue

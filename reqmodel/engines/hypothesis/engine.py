@@ -42,6 +42,7 @@ from reqmodel.engines.hypothesis import shim
 from reqmodel.model.actions import ACTIONS, BY_NAME, PRANK_ARG, Ctx, Step, apply, initial_state, successors
 from reqmodel.engines.exhaustive import Trace, Verdict, replay, symmetry_classes
 from reqmodel.engines.symmetry import canonical, ReprKey
+from reqmodel.model import events as ev
 from reqmodel.model.properties import Property
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import (EVENT_NAMES, MAX_DECODE_RANKS, MAX_PREFILL_RANKS, MAX_REQUESTS, Events,
@@ -65,6 +66,7 @@ WORKER = {a.name: "D" if a.worker == "decode" else "P" for a in ACTIONS}
 THREADS = ("P", "D", "X")  # a request's prefill side, decode side, KV transfer
 THREAD = {a.name: "X" if a.actor == "transfer" else WORKER[a.name] for a in ACTIONS}
 EVENT_ACTIONS = frozenset(a.name for a in ACTIONS if a.event_flag is not None)
+CRASH_ACTIONS = frozenset(a.name for a in ACTIONS if a.crash)
 _COMMON = dict(deadline=None, stateful_step_count=80,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                       HealthCheck.data_too_large])
@@ -149,6 +151,10 @@ def machine(release: Release, scenario, props: Sequence[Property],
     trans = [p for p in props if p.kind == Kind.ALWAYS and p.transition]
     states = [p for p in props if p.kind == Kind.ALWAYS and p.state]
     reach = [p for p in props if p.kind == Kind.SOMETIMES]
+    # a crash ends a run: unless a property looks for one, a crash step waits
+    # until nothing else can move, so the run goes on to what it looks for
+    late = frozenset() if any(ev.Crash in getattr(p.transition, "events", ()) for p in trans) \
+        else CRASH_ACTIONS
 
     def setup(self, sc: Scenario) -> None:
         self.scenario = sc
@@ -203,7 +209,8 @@ def machine(release: Release, scenario, props: Sequence[Property],
             ctx, t = self.ctx, len(self.steps)
             full: Dict[str, List[int]] = {a.name: [] for a in ACTIONS}
             timers, state = self._timers, self.state
-            for a, r in ctx.candidates:  # the scenario's event flags already checked
+            # nothing moves after a crash (Action.enabled)
+            for a, r in (() if state.crashed() else ctx.candidates):  # event flags checked
                 if (a.event_flag is None or (a.name, r) in timers) and a.guard(ctx, state, r):
                     full[a.name].append(r)
             due = {k: [r for r in v if self._due(k, r)] for k, v in full.items()
@@ -211,7 +218,8 @@ def machine(release: Release, scenario, props: Sequence[Property],
             if any(due.values()):
                 self._enabled = due
             else:
-                now = {k: [r for r in v if k not in EVENT_ACTIONS and not self._held(k, r, t)]
+                now = {k: [r for r in v if k not in EVENT_ACTIONS and k not in late
+                           and not self._held(k, r, t)]
                        for k, v in full.items()}
                 if self._rank is not None and any(now.values()):
                     k, r = min(((k, r) for k, v in now.items() for r in v), key=self._rank.get)

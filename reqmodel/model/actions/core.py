@@ -81,6 +81,10 @@ class Action:
     # deployment's own consequence of one already taken (the client's abort
     # reaching the second worker)
     follows: Optional[Callable[[Ctx, State, int], bool]] = None
+    # a step whose only effect is a scheduler raising out of its loop (the
+    # run ends there, ``State.crashed``); a sampling engine may keep it for
+    # last when the property it looks for is not about crashes
+    crash: bool = False
 
     @property
     def doc(self) -> str:
@@ -97,7 +101,9 @@ class Action:
         return not self.event_flag or sc.events.on(self.event_flag, rid)
 
     def enabled(self, ctx: Ctx, s: State, rid: int) -> bool:
-        return self.allowed(ctx.scenario, rid) and self.guard(ctx, s, rid)
+        """Allowed, not after a crash (``State.crashed``: a dead scheduler
+        takes its server down, so nothing moves on), and the guard holds."""
+        return self.allowed(ctx.scenario, rid) and not s.crashed() and self.guard(ctx, s, rid)
 
     def args(self, ctx: Ctx, s: State, rid: int) -> Iterable[Tuple]:
         return self.choices(ctx, s, rid) if self.choices else ((),)
@@ -123,7 +129,7 @@ BY_NAME: Dict[str, Action] = {}
 def action(actor: str, guard: Callable, choices: Callable = None, event: str = None,
            arg_names: Tuple[str, ...] = (), optional_args: int = 0, worker: str = None,
            timeout: str = None, seam: str = None, environment: bool = None,
-           follows: Callable = None):
+           follows: Callable = None, crash: bool = False):
     """Register an action: ``guard(ctx, s, rid) -> bool`` first, effect below.
 
     ``worker`` defaults to the actor for the schedulers' actions and to
@@ -135,12 +141,6 @@ def action(actor: str, guard: Callable, choices: Callable = None, event: str = N
         worker = "prefill" if actor == "transfer" else actor
     assert worker in ("prefill", "decode"), worker
 
-    def alive(ctx, s, rid, _guard=guard):
-        # a crash ends the run: every guard is false once a scheduler died
-        return not s.crashed() and _guard(ctx, s, rid)
-
-    alive.__doc__, alive.__name__ = guard.__doc__, getattr(guard, "__name__", "guard")
-
     def deco(fn):
         names = tuple(arg_names)
 
@@ -151,10 +151,10 @@ def action(actor: str, guard: Callable, choices: Callable = None, event: str = N
             except SchedulerDied as died:  # the rest of the step never runs
                 return died.state, died.events
 
-        a = Action(fn.__name__, actor, alive, effect, choices, event, names,
+        a = Action(fn.__name__, actor, guard, effect, choices, event, names,
                    len(names) if names in (RANK_ARG, PRANK_ARG, CHANNEL_ARG) else optional_args,
                    worker, timeout, seam, event is not None if environment is None else environment,
-                   follows)
+                   follows, crash)
         ACTIONS.append(a)
         BY_NAME[a.name] = a
         return fn
@@ -220,7 +220,10 @@ def successors(ctx: Ctx, s: State, max_choices: Optional[int] = None
 
 
 def enabled(ctx: Ctx, s: State) -> Iterable[Tuple[Action, int]]:
-    """Every (action, request) whose guard holds in ``s``, in registry order."""
+    """Every (action, request) whose guard holds in ``s``, in registry order;
+    none after a crash (as ``Action.enabled``)."""
+    if s.crashed():
+        return
     for a, r in ctx.candidates:  # the event flags are checked once per context
         if a.guard(ctx, s, r):
             yield a, r

@@ -172,7 +172,7 @@ def _handshake_sees_success(c, s, r):
             and _handshake_polls(c, s))
 
 
-@action("decode", guard=_handshake_sees_success)
+@action("decode", guard=_handshake_sees_success, crash=True)
 def d_unexpected_poll(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``_update_handshake_waiters`` has branches for Bootstrapping,
     WaitingForInput and Failed only and raises ``ValueError("Unexpected poll
@@ -381,7 +381,7 @@ def _status_popped(c, s, r):
             and receiver_poll(c, s, r) is None)
 
 
-@action("decode", guard=_status_popped)
+@action("decode", guard=_status_popped, crash=True)
 def d_poll_popped_room(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """A receiver polls a room whose ``request_status`` entry another request
     of the room has popped (its ``clear()``): ``check_status`` is

@@ -373,7 +373,7 @@ def _polls_popped_room(c, s, r):
             and sender_poll(c, s, r) is None)
 
 
-@action("prefill", guard=_polls_popped_room)
+@action("prefill", guard=_polls_popped_room, crash=True)
 def p_poll_popped_room(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """A prefill sender polls a room whose ``request_status`` entry another
     request of the room has popped (its ``clear()`` or
@@ -406,7 +406,7 @@ def _unexpected_poll(c, s, r):
     return "handle_pending_bootstrap" if req.pending_bootstrap else "process_disagg_prefill_inflight_queue"
 
 
-@action("prefill", guard=lambda c, s, r: _unexpected_poll(c, s, r) is not None)
+@action("prefill", guard=lambda c, s, r: _unexpected_poll(c, s, r) is not None, crash=True)
 def p_unexpected_poll(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """The prefill scheduler reads a poll state its queue has no branch for and
     raises ``RuntimeError("Unexpected poll state ...")``: ``pop_bootstrapped``
