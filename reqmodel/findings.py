@@ -12,7 +12,8 @@ from typing import Optional, Tuple
 
 import attrs
 
-SEVERITIES = ("data-exposure", "crash", "hang", "waste", "latency")
+# "failure": a valid request fails (an error the client sees) though nothing went wrong
+SEVERITIES = ("data-exposure", "crash", "hang", "failure", "waste", "latency")
 STATUSES = ("confirmed", "plausible")
 
 
