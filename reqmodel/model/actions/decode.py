@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Optional, Tuple
 
-from reqmodel.model.events import (AckRelease, Acquire, Commit, CorruptionAbort, Crash, DoorRetire, Prealloc, RankRelease,
-                                   Read, Release, StatusDropped, poll_key_error)
+from reqmodel.model.events import (AckRelease, Acquire, Commit, CorruptionAbort, Crash, DoorRetire,
+                                   Prealloc, RankRelease, Read, Release, StatusDropped,
+                                   poll_key_error)
 from reqmodel.model.actions.core import action, Ctx, Effect, PRANK_ARG, set_d
 from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, notify_abort, receiver_clear,
                                               layout_tag, receiver_fail, receiver_init,
@@ -402,7 +403,6 @@ def _d_digest(c: Ctx, s: State, r: int) -> Tuple:
     length = req.origin_pages - start
     own = all(s.d_pages[p].written_by(r) for p in req.pages[max(start - req.prefix_pages, 0):])
     return (r, start, length) + layout_tag(c, "decode") if own else ("mismatch",)
-
 
 
 def _prebuilt_ready(c, s, r):

@@ -406,7 +406,8 @@ def _unexpected_poll(c, s, r):
     return "handle_pending_bootstrap" if req.pending_bootstrap else "process_disagg_prefill_inflight_queue"
 
 
-@action("prefill", guard=lambda c, s, r: _unexpected_poll(c, s, r) is not None, crash=True)
+@action("prefill", guard=lambda c, s, r: _unexpected_poll(c, s, r) is not None,
+        crash=True)
 def p_unexpected_poll(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """The prefill scheduler reads a poll state its queue has no branch for and
     raises ``RuntimeError("Unexpected poll state ...")``: ``pop_bootstrapped``
