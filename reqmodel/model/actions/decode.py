@@ -12,9 +12,10 @@ from reqmodel.model.events import (AckRelease, Acquire, Commit, CorruptionAbort,
                                    Prealloc, RankRelease, Read, Release, StatusDropped,
                                    poll_key_error)
 from reqmodel.model.actions.core import action, Ctx, Effect, PRANK_ARG, set_d
-from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, notify_abort, receiver_clear,
-                                              layout_tag, receiver_fail, receiver_init,
-                                              receiver_poll, room_id, set_d_room)
+from reqmodel.model.actions.kvmanager import (all_ranks, apply_report, d_room_of, notify_abort,
+                                              receiver_clear, layout_tag, receiver_fail,
+                                              receiver_init, receiver_poll, release_safe, room_id,
+                                              set_d_room)
 from reqmodel.model.actions.req import run_retire_cleanup, stream_d, validate_intake
 from reqmodel.model.actions.transport import (arriving, channels, consume, prank_args, prank_of,
                                               send)
@@ -291,16 +292,7 @@ def d_recv_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
     and sets Failed.  The report names the room and the rank, not the
     request, so it counts for whichever request tracks the room now."""
     msg = _arriving_report(s, r, arg)
-    s = consume(s, msg)
-    if msg.poll != KVPoll.Success:
-        return receiver_fail(c, s, r), ()
-    t = d_room_of(c, s, r)
-    q = msg.prank
-    responded = tuple(sorted({x for x in t.responded if x[0] != q} | {(q, msg.rid)}))
-    s = set_d_room(c, s, r, responded=responded)
-    if len(responded) >= c.scenario.prefill.ranks:
-        s = set_d_room(c, s, r, status=c.release.update_status(t.status, KVPoll.Success))
-    return s, ()
+    return apply_report(c, consume(s, msg), r, msg.prank, msg.poll, msg.rid), ()
 
 
 def _late_status(c, s, r):
@@ -548,8 +540,7 @@ def resolve_held(c: Ctx, s: State, r: int, tracker: Optional[DRoom] = None) -> E
         return s, ()
     if tracker is None:
         tracker = d_room_of(c, s, r)
-    required = c.scenario.prefill.ranks
-    ready = tuple(k for k in req.held if len(tracker.acked_by(k)) >= required)
+    ready = tuple(k for k in req.held if release_safe(c, tracker, k))
     if not ready or (c.release.release_reduced and len(ready) < len(req.held)):
         return s, ()
     # history: whose ABORT the acks that free this hold answered

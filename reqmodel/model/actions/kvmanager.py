@@ -109,6 +109,99 @@ def update_status(ctx: Ctx, s: State, r: int, new: KVPoll, q: int = 0) -> State:
     return set_room(ctx, s, r, q=q, status=status)
 
 
+def conclude(c: Ctx, s: State, r: int, q: int, status: KVPoll) -> State:
+    """The end of prefill rank q's transfer of the room, Success or Failed:
+    ``conclude_transfer`` from 0.5.20 (cc 20:507-567, 21:527-587,
+    22:718-767, 23:855-919) does nothing for a room the sender has cleared
+    ("Concluding now would re-create it"), turns a Success into Failed when
+    the room has a failure record or is Failed, keeps or makes the record of
+    a Failed (``failure_records.setdefault``), then ``update_status`` and the
+    status report to decode.  0.5.19's transfer worker makes the same calls
+    inline without those checks (``record_failure`` + Failed, or
+    ``update_status(Success)``, and the report: mc 19:1723-1736,
+    19:1930-1945)."""
+    room = room_of(c, s, r, q)
+    if c.release.conclude_transfer:
+        if room.status is None:
+            return s
+        if status == KVPoll.Success and (room.failure_record or room.status == KVPoll.Failed):
+            status = KVPoll.Failed
+    if status == KVPoll.Failed:
+        s = record_failure(c, s, r, q)
+    else:
+        s = update_status(c, s, r, status, q)
+    return send(s, Msg(MsgKind.status, r, poll=status, prank=q))
+
+
+def handle_abort(c: Ctx, s: State, msg: Msg) -> State:
+    """Prefill rank ``msg.prank``'s bootstrap thread handles decode rank
+    ``msg.rank``'s ABORT for request ``msg.rid``'s room (mc 19:2022-2088,
+    20:2195, 21:2449-2522; ``_handle_abort_notification`` mc 22:2814-2849,
+    23:2886-2955).  An active room (present, not Success) becomes Failed.
+    Without deferral P replies with a 2-frame ack that decode never counts
+    (mc 19:2173-2180), so nothing is modelled.  With deferral the release's
+    ``ack_targets`` policy decides whether the ABORT registers a target (then
+    a drained room is acked at once) or, unregistered, is acked at once on a
+    drained room."""
+    r, k, q = msg.rid, msg.rank, msg.prank
+    room = room_of(c, s, r, q)
+    active = room.status is not None and room.status != KVPoll.Success
+    busy = outstanding(c, s, r, q)
+    if active:
+        s = update_status(c, s, r, KVPoll.Failed, q)
+    if not c.deferred:
+        return s
+    policy = c.release.ack_targets
+    if policy.registers(msg.gen, active, busy, c.release.ack_generations):
+        return maybe_ack_drained(c, register_ack_target(c, s, msg), r, q)
+    if policy.acks_at_once and not busy:
+        s = send(s, Msg(MsgKind.ack, r, rank=k, prank=q))
+    return s
+
+
+def apply_report(c: Ctx, s: State, r: int, q: int, poll: KVPoll, origin: int) -> State:
+    """Decode applies prefill rank q's status report for request r's room
+    (``apply_prefill_status``, cc 20:569-621, 21:589-641, 22:784-841,
+    23:921-977; 0.5.19 inline in ``decode_thread``, mc 19:2140-2206): a
+    Success counts the rank in ``prefill_response_tracker[room]`` and sets
+    Success once every prefill rank is in it; a Failed sets Failed.  A room
+    decode no longer tracks is left alone ("Dropping late status for cleared
+    room").  ``origin`` (history) is the request whose transfer reported."""
+    t = d_room_of(c, s, r)
+    if t.status is None:
+        return s
+    if poll != KVPoll.Success:
+        return receiver_fail(c, s, r)
+    responded = tuple(sorted({x for x in t.responded if x[0] != q} | {(q, origin)}))
+    s = set_d_room(c, s, r, responded=responded)
+    if len(responded) >= c.scenario.prefill.ranks:
+        s = set_d_room(c, s, r, status=c.release.update_status(t.status, KVPoll.Success))
+    return s
+
+
+def note_ack(c: Ctx, s: State, r: int, k: int, q: int, gen: int) -> Tuple[State, bool]:
+    """Decode rank k counts prefill rank q's ABORT_ACK for request r's room
+    (``note_abort_ack``, cc 19:391-396; 0.5.22+ with the generation,
+    ``handle_abort_ack_message`` cc 22:853-876): only while the room's
+    tracker on that rank is armed and, from 0.5.22, for the generation it
+    armed.  The tracker is a set of prefill ranks.  Returns whether it
+    counted."""
+    t = d_room_of(c, s, r)
+    armed = {rank: g for rank, g, _ in t.armed}
+    if k not in armed or (c.release.ack_generations and (gen == 0 or armed[k] != gen)):
+        return s, False
+    if q not in t.acked_by(k):
+        s = set_d_room(c, s, r, acked=tuple(sorted(t.acked + ((k, q, r),))))
+    return s, True
+
+
+def release_safe(c: Ctx, t: DRoom, k: int) -> bool:
+    """``is_abort_release_safe(room, required_acks)`` on decode rank k: its
+    tracker for the room has an ack from every prefill rank it bootstrapped
+    from (``required_acks = len(bootstrap_infos)``, dc 19:2416, 22:2894-2898)."""
+    return len(t.acked_by(k)) >= c.scenario.prefill.ranks
+
+
 def sender_abort(ctx: Ctx, s: State, r: int) -> State:
     """``CommonKVSender.abort`` (cc 1350/1578/1711/2147/2458) on every prefill
     rank (the scheduler runs it on each): record a failure, set Failed, latch
@@ -131,25 +224,35 @@ def pop_transfer_infos(c: Ctx, s: State, r: int, q: int = 0) -> State:
 
 
 def sender_clear(c: Ctx, s: State, r: int) -> State:
-    """``CommonKVSender.clear`` on every prefill rank: pop request_status,
+    """``CommonKVSender.clear`` on every prefill rank (``clear_rank``)."""
+    for q in pranks(c):
+        s = clear_rank(c, s, r, q)
+    return s
+
+
+def clear_rank(c: Ctx, s: State, r: int, q: int) -> State:
+    """``CommonKVSender.clear`` on prefill rank q: pop request_status,
     transfer_infos, prefix.  The room's ack target: 0.5.19/0.5.20 drop it (cc
     19:1345-1348), 0.5.21+ ack it if the room has drained and keep it
-    otherwise (cc 21:1700-1709)."""
-    for q in pranks(c):
-        s = set_room(c, pop_transfer_infos(c, s, r, q), r, q=q, status=None)
-        if c.release.clear_drops_ack_target:
-            s = set_room(c, s, r, q=q, ack_to=())
-        else:
-            s = maybe_ack_drained(c, s, r, q)
-    return s
+    otherwise (cc 21:1700-1709, 23:2409-2430)."""
+    s = set_room(c, pop_transfer_infos(c, s, r, q), r, q=q, status=None)
+    if c.release.clear_drops_ack_target:
+        return set_room(c, s, r, q=q, ack_to=())
+    return maybe_ack_drained(c, s, r, q)
 
 
 def failure_exception(c: Ctx, s: State, r: int) -> State:
-    """``failure_exception()``: clear(), pop failure_records[room], raise."""
-    s = sender_clear(c, s, r)
+    """``failure_exception()`` on every prefill rank (``failure_exception_rank``)."""
     for q in pranks(c):
-        s = set_room(c, s, r, q=q, failure_record=False)
+        s = failure_exception_rank(c, s, r, q)
     return s
+
+
+def failure_exception_rank(c: Ctx, s: State, r: int, q: int) -> State:
+    """``failure_exception()`` on prefill rank q: clear(), pop
+    failure_records[room], raise (mc 19:2324-2338, 22:3130-3144; cc
+    23:2446-2456)."""
+    return set_room(c, clear_rank(c, s, r, q), r, q=q, failure_record=False)
 
 
 def takes_chunks(room: Room) -> bool:

@@ -11,8 +11,9 @@ from reqmodel.model.events import AckDropped
 from reqmodel.model.actions.core import (action, CHANNEL_ARG, Ctx, Effect, Event, pranks, RANK_ARG,
                                          set_d)
 from reqmodel.model.actions.decode import do_release, resolve_held
-from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, notify_abort, receiver_fail,
-                                              receiver_poll, record_failure, room_of, set_d_room)
+from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, note_ack, notify_abort,
+                                              receiver_fail, receiver_poll, record_failure,
+                                              room_of)
 from reqmodel.model.actions.transport import (arriving, channel_args, consume, prank_of, rank_args,
                                               rank_of)
 from reqmodel.model.state import DStage, KVPoll, PStage, State
@@ -82,15 +83,9 @@ def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
     (``resolve_deferred_releases`` -> ``_do_release``)."""
     k, q = rank_of(arg), prank_of(arg, 1)
     msg = next(m for m in arriving(s, "ack", r) if m.rank == k and m.prank == q)
-    s = consume(s, msg)
-    t = d_room_of(c, s, r)
-    armed = {rank: gen for rank, gen, _ in t.armed}
-    counted = k in armed and (not c.release.ack_generations
-                              or (msg.gen != 0 and armed[k] == msg.gen))
+    s, counted = note_ack(c, consume(s, msg), r, k, q, msg.gen)
     if not counted:
         return s, (AckDropped(r, "decode", k),)
-    if q not in t.acked_by(k):  # the tracker is a set of prefill ranks
-        s = set_d_room(c, s, r, acked=tuple(sorted(t.acked + ((k, q, r),))))
     # every held entry is judged on the tracker as it is now, before any of
     # them is released (a release pops the room's tracker), dc 19:2413-2423
     tracker = d_room_of(c, s, r)

@@ -10,10 +10,9 @@ from typing import Tuple
 
 from reqmodel.model.events import Write, XferSkip
 from reqmodel.model.actions.core import action, CHANNEL_ARG, Ctx, Effect, PRANK_ARG, pranks
-from reqmodel.model.actions.kvmanager import (layout_tag, maybe_ack_drained, outstanding,
-                                              pop_transfer_infos,
-                                              record_failure, register_ack_target, room_id, room_of,
-                                              set_room, takes_chunks, update_status)
+from reqmodel.model.actions.kvmanager import (conclude, handle_abort, layout_tag,
+                                              maybe_ack_drained, pop_transfer_infos, room_id,
+                                              room_of, set_room, takes_chunks)
 from reqmodel.model.actions.transport import (arrival_of, consume, next_d_to_p,
                                               own_msg, own_ranks, prank_args, prank_of, rank_msgs,
                                               rank_of, send)
@@ -121,23 +120,8 @@ def xfer_write(c: Ctx, s: State, r: int, arg=()) -> Effect:
             slots[slot] = replace(slots[slot], room=room_id(c, r), checksum=msg.checksum,
                                   covered_pages=msg.covered)
             s = replace(s, d_slots=tuple(slots))
-        room = room_of(c, s, r, q)
-        final = KVPoll.Success
-        if c.release.conclude_transfer and (room.failure_record or room.status == KVPoll.Failed):
-            final = KVPoll.Failed
-        if not _concluded_cleared(c, room):
-            s = update_status(c, s, r, final, q)
-            s = send(s, Msg(MsgKind.status, r, poll=final, prank=q))
+        s = conclude(c, s, r, q, KVPoll.Success)
     return worker_done(c, s, r, msg.last, q), evs
-
-
-def _concluded_cleared(c: Ctx, room) -> bool:
-    """``conclude_transfer`` (from 0.5.20) returns at once for a room the
-    sender has cleared: no failure record, no status, nothing sent to decode
-    ("Concluding now would re-create it in request_status", cc 20:520-525,
-    21:540-545, 22:731-736, 23:868-873).  0.5.19 updates and sends whatever
-    the room (mc 19:1723-1736, 19:1930-1945)."""
-    return c.release.conclude_transfer and room.status is None
 
 
 def worker_done(c: Ctx, s: State, r: int, last: bool, q: int = 0) -> State:
@@ -237,9 +221,7 @@ def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
         s = set_room(c, s, r, q=q, outstanding=room_of(c, s, r, q).outstanding + 1)
     if inflight and c.release.poison_failed_rooms:
         s = set_room(c, s, r, q=q, poisoned=True, ack_to=())
-    if not _concluded_cleared(c, room_of(c, s, r, q)):
-        s = record_failure(c, s, r, q)
-        s = send(s, Msg(MsgKind.status, r, poll=KVPoll.Failed, prank=q))
+    s = conclude(c, s, r, q, KVPoll.Failed)
     return worker_done(c, s, r, last, q), ()
 
 
@@ -263,27 +245,8 @@ _abort_arrived, _abort_channels = arrival_of("abort")
 
 @action("prefill", guard=_abort_arrived, choices=_abort_channels, arg_names=CHANNEL_ARG)
 def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """Prefill rank q's bootstrap thread handles a decode rank's ABORT (mc 19:2022-2088,
-    20:2195, 21:2449-2522, 22:2814-2849, 23:2886-2955).  An active room (present,
-    not Success) becomes Failed.  Without deferral P replies with a 2-frame ack
-    that decode never counts (mc 19:2173-2180), so nothing is modelled.  With
-    deferral: 0.5.19/0.5.20 register the sender if the room is active, ack at
-    once if it is inactive and drained, and do nothing otherwise; 0.5.21
-    registers if active or outstanding; 0.5.22+ register every ABORT that
-    carries a generation.  A registered target is acked once the room drains."""
-    k, q = rank_of(arg), prank_of(arg, 1)
-    msg = next_d_to_p(c, s, r, k, q)
-    s = consume(s, msg)
-    room = room_of(c, s, r, q)
-    active = room.status is not None and room.status != KVPoll.Success
-    busy = outstanding(c, s, r, q)
-    if active:
-        s = update_status(c, s, r, KVPoll.Failed, q)
-    if not c.deferred:
-        return s, ()
-    policy = c.release.ack_targets
-    if policy.registers(msg.gen, active, busy, c.release.ack_generations):
-        return maybe_ack_drained(c, register_ack_target(c, s, msg), r, q), ()
-    if policy.acks_at_once and not busy:
-        s = send(s, Msg(MsgKind.ack, r, rank=k, prank=q))
-    return s, ()
+    """Prefill rank q's bootstrap thread (mc 19:2006-2088) receives a decode
+    rank's ABORT, the next message of that channel, and handles it
+    (``handle_abort``; ``_handle_abort_notification`` mc 22:2814-2849)."""
+    msg = next_d_to_p(c, s, r, rank_of(arg), prank_of(arg, 1))
+    return handle_abort(c, consume(s, msg), msg), ()
