@@ -310,8 +310,21 @@ def d_drop_late_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
     return consume(s, msg), (StatusDropped(r, "decode"),)
 
 
+def transfer_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
+    """The transfer queue's poll of request r's receiver, through
+    ``_apply_metadata_gate`` (ut 19:180-196, 20:212-228, 21:173-189,
+    22:244-260, 23:245-261; ``poll_and_all_reduce`` applies it in every
+    release before the MIN-reduce): a Success whose metadata slot still
+    reads room 0, prefill's aux write not landed, is polled as Transferring,
+    so the entry waits instead of committing."""
+    poll = receiver_poll(c, s, r)
+    if poll == KVPoll.Success and s.d_slots[s.d[r].meta_slot].room == 0:
+        return KVPoll.Transferring
+    return poll
+
+
 def _transferred_ready(c, s, r):
-    return s.d[r].stage is DStage.TRANSFER and receiver_poll(c, s, r) in (KVPoll.Success,
+    return s.d[r].stage is DStage.TRANSFER and transfer_poll(c, s, r) in (KVPoll.Success,
                                                                           KVPoll.Failed)
 
 
@@ -320,11 +333,13 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """D3 ``pop_transferred`` (dc 2245/2331/2616/2728/2833) polls the receiver
     (``request_status[room]``, which ``decode_thread`` set).  Success: the
     ``commit_check`` guard point on the slot's room
-    (``_commit_transfer_to_req``), then the waiting queue and the slot freed.
+    (``_commit_transfer_to_req``; room 0 passes the metadata gate only on
+    the fake transport, ``transfer_poll``), then the waiting queue and the
+    slot freed.
     Failed: ``prepare_abort(500)``, stream, then release now or hold until
     the drain ack (§5.5)."""
     req = s.d[r]
-    if receiver_poll(c, s, r) == KVPoll.Success:
+    if transfer_poll(c, s, r) == KVPoll.Success:
         counted = d_room_of(c, s, r).responded
         slot = s.d_slots[req.meta_slot]
         refused = c.release.commit_check(req, slot, room_id(c, r))
