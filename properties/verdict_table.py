@@ -118,7 +118,7 @@ ESTABLISHED = {
         ("transfer-failure", ["H", "H", "H", "H", "H"]),
         ("incident", ["H", "H", "H", "H", "H"]),
         # room reuse: the later request's entries are checked once it is gone
-        ("room-reuse", ["F21", "F19", "F19", "F19", "F19"]),
+        ("room-reuse", ["F21", "F21", "F21", "F20", "F20"]),
     )},
     # issue #3, bootstrap_room reuse (notes/verdicts.md, "bootstrap_room
     # reuse"): state is keyed by the room.  A drain ack for the earlier
@@ -128,10 +128,10 @@ ESTABLISHED = {
     # decode's request_status[room] is the room's: 0.5.19 lets a later
     # request's receiver replace the held request's Failed entry, and the
     # held request's clear() then pops it under the later receiver (KeyError)
-    ("no-poll-of-popped-room", "room-reuse"): ["F14", "H", "H", "H", "H"],
+    ("no-poll-of-popped-room", "room-reuse"): ["F14", "F14", "F14", "F14", "F14"],
     ("no-poll-of-popped-room", "two-rank-abort"): ["H", "H", "H", "H", "H"],
     ("no-poll-of-popped-room", "inflight-reuse"): ["H", "H", "H", "H", "H"],
-    ("ack-belongs-to-its-hold", "room-reuse"): ["F14", "F14", "F14", "H", "H"],
+    ("ack-belongs-to-its-hold", "room-reuse"): ["F14", "F14", "F14", "F18", "F18"],
     ("ack-belongs-to-its-hold", "two-rank-abort"): ["H", "H", "H", "H", "H"],
     ("ack-belongs-to-its-hold", "inflight-reuse"): ["H", "H", "H", "H", "H"],
     # a status report carries no generation, and the bootstrap thread
@@ -144,7 +144,7 @@ ESTABLISHED = {
     # the earlier request's release pops the tracker the later one armed
     # (0.5.21), or the later arm makes the earlier ack's generation stale
     # (0.5.22+): a hold waits for the 30 s timeout
-    ("drain-ack-reaches-every-rank", "room-reuse"): ["F15", "F15", "H", "F16", "F16"],
+    ("drain-ack-reaches-every-rank", "room-reuse"): ["F15", "F15", "F19", "F15", "F15"],
     ("drain-ack-releases-hold", "room-reuse"): ["R8", "R8", "R8", "R8", "R8"],
     ("no-reuse-during-inflight-write", "room-reuse"): ["F17", "F17", "F17", "F17", "F17"],
     ("no-foreign-kv-read", "room-reuse"): ["F23", "F23", "F23", "F23", "F23"],
@@ -157,7 +157,7 @@ ESTABLISHED = {
     # hold_unnotified, dc 21:2692), request 1 is failed by request 0's late
     # ABORT, request 2's receiver creates decode's request_status entry, and
     # request 0's drain ack pops it under request 2's poll (KeyError)
-    ("no-poll-of-popped-room", "room-reuse-three"): ["H", "H", "F24", "F24", "F24"],
+    ("no-poll-of-popped-room", "room-reuse-three"): ["H", "H", "F18", "F18", "F18"],
     ("drain-ack-reaches-every-rank", "room-reuse-three"): ["H", "H", "H", "F17", "F17"],
     # room-state-released, commit-after-all-ranks and 0.5.19's
     # transfer-status-monotone failed here only while a transfer could fail
@@ -168,7 +168,7 @@ ESTABLISHED = {
     ("transfer-status-monotone", "room-reuse-three"): ["H", "H", "H", "H", "H"],
     ("commit-after-all-ranks", "room-reuse-three"): ["H", "H", "H", "H", "H"],
     ("no-reuse-during-inflight-write", "room-reuse-three"): ["F18", "F18", "F20", "F22", "F22"],
-    ("no-foreign-kv-read", "room-reuse-three"): ["F29", "F29", "F31", "F37", "F37"],
+    ("no-foreign-kv-read", "room-reuse-three"): ["F29", "F29", "F31", "H", "H"],
     ("ack-belongs-to-its-hold", "room-reuse-three"): ["H", "H", "H", "H", "H"],
     ("valid-request-completes", "room-reuse-three"): ["R16", "R16", "R16", "R16", "R16"],
     # issue #3, prefill TP = 2 (notes/verdicts.md, "Prefill TP"): decode counts
@@ -216,8 +216,8 @@ ESTABLISHED = {
     ("answered-without-timeout", "prefill-tp"): ["F19", "F19", "F19", "F17", "F17"],
     ("answered-without-timeout", "prefill-tp-failure"): ["H", "H", "H", "F24", "F24"],
     ("answered-without-timeout", "retract-abort"): ["H", "H", "H", "H", "H"],
-    ("answered-without-timeout", "room-reuse"): ["F17", "F16", "F16", "F16", "F16"],
-    ("answered-without-timeout", "room-reuse-three"): ["H", "H", "F20", "F20", "F20"],
+    ("answered-without-timeout", "room-reuse"): ["F17", "F17", "F17", "F16", "F16"],
+    ("answered-without-timeout", "room-reuse-three"): ["H", "H", "F22", "F20", "F20"],
     ("answered-without-timeout", "transfer-failure"): ["H", "H", "H", "F20", "F20"],
     ("answered-without-timeout", "two-rank-abort"): ["H", "H", "H", "H", "H"],
     ("answered-without-timeout", "two-valid"): ["H", "H", "H", "H", "H"],
@@ -256,12 +256,12 @@ ESTABLISHED = {
     ("no-scheduler-crash", "optimistic-tight"): ["H", "H", "H", "H", "H"],
     ("no-scheduler-crash", "pause-abort"): ["F22", "H", "H", "H", "H"],
     ("no-scheduler-crash", "prefill-reject"): ["H", "H", "H", "H", "H"],
-    ("no-scheduler-crash", "prefill-tp"): ["F17", "F21", "F21", "F21", "F21"],
+    ("no-scheduler-crash", "prefill-tp"): ["F17", "F17", "F17", "F17", "F17"],
     ("no-scheduler-crash", "prefill-tp-failure"): ["H", "H", "H", "H", "H"],
     ("no-scheduler-crash", "retract-abort"): ["H", "H", "H", "H", "H"],
     # an earlier request's write lands Success on the room a new sender opened: pop_bootstrapped raises
-    ("no-scheduler-crash", "room-reuse"): ["F14", "F18", "F18", "F18", "F18"],
-    ("no-scheduler-crash", "room-reuse-three"): ["H", "H", "F24", "F24", "F24"],
+    ("no-scheduler-crash", "room-reuse"): ["F14", "F14", "F14", "F14", "F14"],
+    ("no-scheduler-crash", "room-reuse-three"): ["H", "H", "F18", "F18", "F18"],
     ("no-scheduler-crash", "transfer-failure"): ["H", "H", "H", "H", "H"],
     ("no-scheduler-crash", "two-rank-abort"): ["H", "H", "H", "H", "H"],
     ("no-scheduler-crash", "two-valid"): ["H", "H", "H", "H", "H"],
@@ -303,9 +303,9 @@ ESTABLISHED = {
         ("optimistic-abort-unit", ["F28", "F28", "F29", "F28", "F28"]),
         ("pause-abort", ["F23", "F23", "F23", "F23", "F23"]),
         ("pause-abort-overlap", ["F23", "F23", "F23", "F23", "F23"]),
-        ("prefill-tp", ["F23", "F23", "H", "F24", "F24"]),
+        ("prefill-tp", ["F23", "F22", "H", "F23", "F23"]),
         ("retract-abort", ["H", "H", "H", "H", "H"]),
-        ("room-reuse", ["F22", "F20", "H", "F22", "F22"]),
+        ("room-reuse", ["F22", "F22", "F22", "F22", "F22"]),
         ("two-rank-abort", ["F18", "F17", "F18", "H", "H"]),
     )},
     # reuse_room_after = "decode": request 1 opens the room while prefill still holds request 0

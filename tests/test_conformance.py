@@ -8,6 +8,7 @@ the cross-release check (mismatches exactly where the releases' seam records
 differ).
 """
 import functools
+import json
 
 import pytest
 
@@ -100,7 +101,120 @@ def test_every_seam_is_driven():
     for rel in RELEASES:
         seams_hit = {c.seam for c in model_cases(rel)}
         assert seams_hit == {"intake", "prefill_door", "decode_door", "prefill_result",
-                             "prefill_inflight", "decode_room"}, rel
+                             "prefill_inflight", "decode_room", "status_merge",
+                             "abort_ack", "decode_commit", "deferred_release"}, rel
+
+
+SEAM_FIELDS = {
+    # what each issue-#24 seam's cases read of the release record
+    "decode_commit": lambda r: (r.hold_unnotified,),
+    # one decode rank: 0.5.23's MIN over ranks (release_reduced) agrees
+    # with the per-rank decision of 0.5.19-0.5.22, so no release differs here
+    "deferred_release": lambda r: (),
+    # the seeded record's ack targets are read back too: 0.5.21's fan-out
+    # snapshot has no place in 0.5.20's one target
+    "status_merge": lambda r: (r.update_status.__name__, r.conclude_transfer,
+                               r.new_room_drops_acks, r.ack_targets.name),
+    "abort_ack": lambda r: (r.ack_targets.name, r.ack_generations, r.clear_drops_ack_target,
+                            r.new_room_drops_acks),
+}
+
+
+@pytest.mark.parametrize("rel", RELEASES)
+def test_every_kv_manager_operation_has_a_hundred_cases(rel):
+    """At least 100 distinct model cases per KV-manager seam, and every
+    operation of each seam among them, on prefill and on decode."""
+    kv = ("status_merge", "abort_ack")
+    got = [c for c in model_cases(rel) if c.seam in kv]
+    for seam in kv:
+        assert sum(c.seam == seam for c in got) >= 100, (rel, seam)
+    ops = {(c.seam, c.to_worker()["op"]) for c in got}
+    assert ops >= {("status_merge", op) for op in ("update", "conclude", "abort", "report")}
+    assert ops >= {("abort_ack", op) for op in ("abort_notification", "register", "drain",
+                                                "clear", "failure_exception", "arm", "ack",
+                                                "safe", "clear_tracker")}
+
+
+@pytest.mark.parametrize("seam", sorted(SEAM_FIELDS))
+def test_new_seams_mismatch_across_releases_exactly_where_the_records_differ(seam):
+    """Two releases' models on each other's code: a mismatch at the seam in
+    at least one direction if and only if the record fields its cases read
+    differ (one direction can be silent where one release's records are a
+    special case of the other's: 0.5.20's one ack target is a fan-out
+    without peers)."""
+    for i, a in enumerate(RELEASES):
+        for b in RELEASES[i + 1:]:
+            bad = [m for m in mismatches(a, b) + mismatches(b, a) if m.seam == seam]
+            differ = SEAM_FIELDS[seam](releases.get(a)) != SEAM_FIELDS[seam](releases.get(b))
+            assert bool(bad) is differ, (seam, a, b, bad[:1])
+
+
+def test_conclude_records_the_failure_it_reports_from_0_5_20():
+    """Found while building the status-merge seam: ``conclude_transfer``
+    turns the Success of a room already Failed into Failed and makes its
+    failure record (``failure_records.setdefault``, cc 20:541-547).  0.5.19's
+    worker calls ``update_status(room, Success)``, whose ``max()`` promotes
+    the Failed room back to Success (cc 19:375-380)."""
+    for rel in RELEASES:
+        obs = observed_by_inputs(rel)
+        hits = [obs[c.inputs] for c in model_cases(rel) if c.seam == "status_merge"
+                and _concludes_a_failed_room_without_record(c.to_worker())]
+        assert hits, rel
+        for got in hits:
+            if rel == "0.5.19":
+                assert got["status"] == "Success" and not got["failure_record"], got
+            else:
+                assert got["status"] == "Failed" and got["failure_record"], (rel, got)
+                assert got["reports"] == ["Failed"], (rel, got)
+
+
+@pytest.mark.parametrize("rel", RELEASES)
+def test_decode_commit_has_a_hundred_cases_on_every_branch(rel):
+    """pop_transferred's branches the model reaches: a commit, a room
+    mismatch, a Failed poll released at once and one held, and an entry the
+    metadata gate keeps waiting."""
+    got = [(json.loads(c.inputs), json.loads(c.expect)) for c in model_cases(rel)
+           if c.seam == "decode_commit"]
+    assert len(got) >= 100, (rel, len(got))
+    kinds = {("commit" if e["transferred"] else "held" if e["held"]
+              else "released" if e["kv_released"] else "waits") for _, e in got}
+    assert kinds == {"commit", "held", "released", "waits"}, (rel, kinds)
+    assert any(i["slot_room"] == "other" for i, _ in got), rel
+
+
+def test_a_failed_poll_clears_the_room_entry_before_any_hold():
+    """Found by the decode-commit seam: ``pop_transferred`` calls the
+    receiver's ``failure_exception()`` on a Failed poll, whose ``clear()``
+    pops ``request_status[room]`` at once, also when the request is then
+    held for its drain ack (every release; the model cleared it only at the
+    release, so a later user of the room inherited Failed)."""
+    for rel in RELEASES:
+        obs = observed_by_inputs(rel)
+        held = [obs[c.inputs] for c in model_cases(rel)
+                if c.seam == "decode_commit" and json.loads(c.expect)["held"]]
+        assert held, rel
+        assert all(o["held"] and o["receiver_cleared"] for o in held), rel
+
+
+@pytest.mark.parametrize("rel", RELEASES)
+def test_deferred_release_has_a_hundred_cases_and_both_ends(rel):
+    """A hold ended by its drain ack (the tracker as a counted ack leaves
+    it), one kept, and one ended by the deadline, and among the releases one
+    that pops an entry the room's next receiver created
+    (held-release-pops-next-room)."""
+    got = [(json.loads(c.inputs), json.loads(c.expect)) for c in model_cases(rel)
+           if c.seam == "deferred_release"]
+    assert len(got) >= 100, (rel, len(got))
+    assert any(not i["expired"] and not e["held"] for i, e in got), rel
+    assert any(not i["expired"] and e["held"] for i, e in got), rel
+    assert all(not e["held"] for i, e in got if i["expired"]), rel
+    assert any(i["status"] is not None and e["status"] is None for i, e in got), rel
+
+
+def _concludes_a_failed_room_without_record(case):
+    room = case["room"]
+    return (case["op"] == "conclude" and case["status"] == "Success"
+            and room["status"] == "Failed" and not room["failure_record"])
 
 
 def test_the_popped_room_steps_run_on_the_real_receivers():

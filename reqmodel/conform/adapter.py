@@ -112,9 +112,12 @@ def kind(reason) -> Optional[str]:
     return type(reason).__name__
 
 
-def make_req(rid: str, tokens: int, room: int) -> "sb.Req":
+def make_req(rid: str, tokens: int, room: int, host: str = du.FAKE_BOOTSTRAP_HOST) -> "sb.Req":
+    """A request of ``tokens`` prompt tokens on ``room``; the fake bootstrap
+    host unless a seam needs the real transport's checks (``_is_fake_transfer``
+    skips the metadata gate and the room check)."""
     req = sb.Req(rid, "", array("q", range(1, tokens + 1)), SamplingParams(max_new_tokens=8),
-                 bootstrap_host=du.FAKE_BOOTSTRAP_HOST, bootstrap_port=BOOTSTRAP_PORT,
+                 bootstrap_host=host, bootstrap_port=BOOTSTRAP_PORT,
                  bootstrap_room=room)
     req.time_stats = mock.MagicMock()
     return req
@@ -457,10 +460,14 @@ def room_receiver(mgr):
     """The Mooncake receiver of room ``_ROOM``, built by the real
     ``CommonKVReceiver.__init__`` (``update_status(room, Bootstrapping)``);
     its own constructor would contact the bootstrap server."""
+    return room_receiver_on(mgr, _ROOM)
+
+
+def room_receiver_on(mgr, room: int):
     from sglang.srt.disaggregation.common import conn as cc
     from sglang.srt.disaggregation.mooncake import conn as mc
     recv = object.__new__(mc.MooncakeKVReceiver)
-    cc.CommonKVReceiver.__init__(recv, mgr, _ADDR, _ROOM)
+    cc.CommonKVReceiver.__init__(recv, mgr, _ADDR, room)
     return recv
 
 
@@ -503,6 +510,159 @@ def _poll_name(value) -> str:
                             "Success") if getattr(KVPoll, n) == value)
 
 
+# ------------------------------------------------------- decode's commit (D3)
+
+_LAYOUT_SIGNATURE = 77
+
+
+class _SocketSpy:
+    def __init__(self):
+        self.frames = []
+
+    def send_multipart(self, frames, *args, **kwargs):
+        self.frames.append(list(frames))
+
+
+def metadata_buffers(size: int):
+    """Real ``MetadataBuffers`` of ``size`` slots, small rows, with the KV
+    checksum column where the release has one."""
+    import torch
+    params = inspect.signature(du.MetadataBuffers.__init__).parameters
+    kw = {"size": size, "hidden_size": 4, "hidden_states_dtype": torch.float32,
+          "max_sampling_mask_tokens": 4}
+    if "kv_checksum_enabled" in params:
+        kw["kv_checksum_enabled"] = True
+    return du.MetadataBuffers(**kw)
+
+
+def transfer_queue(s, buffers: int, deferred: bool):
+    q = object.__new__(dc.DecodeTransferQueue)
+    q.scheduler = s
+    q.queue = []
+    q.gloo_group = _GROUP
+    q.tp_rank = 0
+    q.req_to_metadata_buffer_idx_allocator = du.ReqToMetadataIdxAllocator(buffers)
+    q.metadata_buffers = metadata_buffers(buffers)
+    q.tree_cache = mock.MagicMock()
+    q.spec_algorithm = s.spec_algorithm
+    q.enable_staging = False
+    q.staging_handler = None
+    q.enable_host_receive = False
+    q.enable_deferred_kv_release = deferred
+    q.deferred_kv_release_timeout = 30.0
+    q._deferred_releases = []
+    return q
+
+
+def decode_commit(case: Dict[str, Any]) -> Dict[str, Any]:
+    """D3 ``DecodeTransferQueue.pop_transferred`` on one entry whose receiver
+    polls Success or Failed, then ``resolve_deferred_releases``: the real
+    queue, the real metadata gate and ``_commit_transfer_to_req`` (room
+    check, checksum read) on real ``MetadataBuffers``, a real
+    ``MooncakeKVReceiver`` on decode's KV manager (its ``poll``,
+    ``failure_exception``, ``ensure_abort_notified`` with the ABORT frames
+    caught at the socket), and the real deferred-release queue.
+    ``release_kv_cache`` is a spy."""
+    import kvadapter as kv
+    s, q, mgr, recv, req, dreq, KVPoll = _transfer_entry(case, case["deferred"])
+    s.kv_checksum_computer = object() if case["checksum"] else None
+    recv.abort_notified = case["notified"]
+    recv.conclude_state = None if case["latched"] is None else getattr(KVPoll, case["latched"])
+    alloc = q.req_to_metadata_buffer_idx_allocator
+    idx = dreq.metadata_buffer_index
+    room = {"own": kv.ROOM, "none": 0, "other": kv.ROOM + 1}[case["slot_room"]]
+    q.metadata_buffers.bootstrap_room[idx, 0] = room
+    if case["slot_checksum"] and getattr(q.metadata_buffers, "kv_checksum", None) is not None:
+        # a digest written by a prefill with this decode's layout (the cases
+        # have matching layouts): 0.5.23 keeps it only when the slot's layout
+        # signature is decode's own (_kv_checksum_comparable, dc 23:2580-2598)
+        q.metadata_buffers.kv_checksum[idx, 0] = 12345
+        if q.metadata_buffers.kv_checksum.shape[1] > 1:
+            q.metadata_buffers.kv_checksum[idx, 1] = _LAYOUT_SIGNATURE
+    q.queue = [dreq]
+    sock = _SocketSpy()
+    released = ReleaseSpy()
+    free_before = alloc.available_size()
+    with mock.patch.object(dc, "release_kv_cache", released), \
+            mock.patch.object(type(recv), "_connect_to_bootstrap_server",
+                              lambda self, info: (sock, contextlib.nullcontext()), create=True):
+        done = q.pop_transferred()
+        if hasattr(q, "resolve_deferred_releases"):
+            q.resolve_deferred_releases()
+    expected = getattr(req, "expected_kv_checksum", None)
+    return {"transferred": req in done, "held": any(d.req is req for d, *_ in q._deferred_releases),
+            "kv_released": released.calls, "buffer_freed": alloc.available_size() - free_before,
+            "streamed": s.output_streamer.stream_output.calls,
+            "receiver_cleared": kv.ROOM not in mgr.request_status,
+            "abort_sent": sum(1 for f in sock.frames if f and f[0] == b"ABORT"),
+            "armed": kv.ROOM in mgr._deferred_abort_ack_tracker,
+            "checksum": expected not in (None, 0, (0, 0)),
+            "to_finish": kind(req.to_finish), "finished_reason": kind(req.finished_reason)}
+
+
+def _transfer_entry(case: Dict[str, Any], deferred: bool = True):
+    """Decode's transfer queue, its KV manager seeded with the room's entry
+    and drain-ack tracker, and a receiver of the room (metadata published,
+    one bootstrap info per prefill rank) on a request that holds a metadata
+    slot and KV pages."""
+    import kvadapter as kv
+    from sglang.srt.disaggregation.base.conn import KVPoll
+    s = door_scheduler()
+    s.enable_decode_hicache = False
+    s.metrics_reporter = types.SimpleNamespace(enable_metrics=False)
+    s.batch_result_processor = mock.MagicMock()
+    s.spec_algorithm = types.SimpleNamespace(is_none=lambda: True, is_eagle=lambda: False)
+    s.disagg_decode_prealloc_queue = types.SimpleNamespace(
+        kv_checksum_signature=_LAYOUT_SIGNATURE)
+    q = transfer_queue(s, case["buffers"], deferred)
+    q._skipped_checksum_signatures = set()
+    mgr = kv.manager(0, deferred)
+    recv = room_receiver_on(mgr, kv.ROOM)
+    mgr.request_status.pop(kv.ROOM, None)
+    kv.seed_decode(mgr, {"status": case["status"], "responded": [],
+                         "tracker": case["tracker"]}, case["pranks"],
+                   (case["tracker"] or {"gen": 0})["gen"] + 1)
+    recv.bootstrap_infos = [{"rank_ip": f"10.1.0.{p + 1}", "rank_port": 9000 + p}
+                            for p in range(case["pranks"])]
+    recv.init_time = 1.0
+    req = make_req("r", case["req"]["tokens"], kv.ROOM, host="10.1.0.1")
+    shape(req, case["req"])
+    idx = q.req_to_metadata_buffer_idx_allocator.alloc()
+    dreq = dc.DecodeRequest(req=req, kv_receiver=recv, metadata_buffer_index=idx)
+    return s, q, mgr, recv, req, dreq, KVPoll
+
+
+def deferred_release(case: Dict[str, Any]) -> Dict[str, Any]:
+    """``resolve_deferred_releases`` on a request decode holds for its drain
+    ack: the real deferred-release list (its entry made by the real
+    ``_defer_release``, before or after its deadline), the real
+    ``is_abort_release_safe`` on the seeded tracker, the real ``_do_release``
+    (``clear_deferred_abort_state``, the receiver's ``clear()``, the metadata
+    slot freed); ``release_kv_cache`` is a spy."""
+    import kvadapter as kv
+    _, q, mgr, recv, req, dreq, KVPoll = _transfer_entry(case)
+    recv.conclude_state = KVPoll.Failed
+    recv.abort_notified = True
+    if case["expired"]:
+        q.deferred_kv_release_timeout = -1.0  # the deadline has passed
+    q._defer_release(dreq)
+    alloc = q.req_to_metadata_buffer_idx_allocator
+    free_before = alloc.available_size()
+    released = ReleaseSpy()
+    with mock.patch.object(dc, "release_kv_cache", released):
+        q.resolve_deferred_releases()
+    status = mgr.request_status.get(kv.ROOM)
+    return {"held": any(e[0] is dreq for e in q._deferred_releases),
+            "kv_released": released.calls, "buffer_freed": alloc.available_size() - free_before,
+            "status": None if status is None else kv._poll_name(status),
+            "tracker": kv.ROOM in mgr._deferred_abort_ack_tracker}
+
+
 SEAMS = {"intake": intake, "prefill_door": prefill_door, "decode_door": decode_door,
          "prefill_result": prefill_result, "prefill_inflight": prefill_inflight,
-         "decode_room": decode_room}
+         "decode_room": decode_room, "decode_commit": decode_commit,
+         "deferred_release": deferred_release}
+
+import kvadapter  # noqa: E402  (beside this file; imports sglang the same way)
+
+SEAMS.update(kvadapter.SEAMS)

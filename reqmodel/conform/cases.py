@@ -27,11 +27,15 @@ from reqmodel.engines import exhaustive as explore
 from reqmodel.model import scenario as scenario_mod
 from reqmodel.model import events as ev
 from reqmodel.model.actions import ACTIONS, BY_NAME, Ctx
+from reqmodel.conform import kvcases
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
 from reqmodel.model.state import DStage, KVPoll, PStage, State
 
 PAGE = 16
+# the seams issue #24 added, and the cases each must have per release
+SEAMS_WITH_MINIMUM = ("decode_commit", "status_merge", "abort_ack", "deferred_release")
+PER_SEAM = 100
 # model action -> seam driven in the real code (adapter.SEAMS), as each
 # action declares it in @action(seam=...)
 SEAMS = {a.name: a.seam for a in ACTIONS if a.seam is not None}
@@ -182,12 +186,90 @@ def _decode_door(f: Fired):
                     "streamed": f.count(ev.Stream), **_finish(post)}
 
 
+def _decode_commit(f: Fired):
+    """D3 ``pop_transferred`` on a Success or a Failed poll, then
+    ``resolve_deferred_releases`` (the model resolves a hold in the same
+    step).  Driven with one decode rank (a real queue is one rank's) and
+    matching layouts (0.5.23 keeps a digest it will skip at attend; the
+    commit seam does not drive attend)."""
+    c, s, r = f.ctx, f.s, f.r
+    sc = c.scenario
+    if sc.decode.ranks != 1 or not sc.layouts_match:
+        return None
+    pre, post = s.d[r], f.nxt.d[r]
+    slot = s.d_slots[pre.meta_slot]
+    room, after = actions.kvmanager.d_room_of(c, s, r), actions.kvmanager.d_room_of(c, f.nxt, r)
+    latched = pre.receiver_state if pre.receiver_state in (KVPoll.Success, KVPoll.Failed) else None
+    inputs = {"req": _req(pre, holds_kv=True, holds_metadata=False, retraction_backup=False),
+              "status": None if room.status is None else room.status.name,
+              "latched": None if latched is None else latched.name,
+              "slot_room": ("own" if slot.room == sc.room_id(r)
+                            else "none" if slot.room == 0 else "other"),
+              "slot_checksum": slot.checksum is not None,
+              "checksum": c.release.checksum is not None and sc.decode.kv_checksum,
+              "deferred": c.deferred, "notified": bool(pre.notified),
+              "pranks": sc.prefill.ranks, "tracker": kvcases.tracker_of(room, 0),
+              "buffers": sc.decode.metadata_buffers}
+    aborts = sum(1 for m in f.nxt.net if m.kind == "abort" and m.rid == r) - sum(
+        1 for m in s.net if m.kind == "abort" and m.rid == r)
+    return inputs, {
+        "transferred": post.stage is DStage.WAITING, "held": post.stage is DStage.HELD,
+        "kv_released": int(bool(pre.pages) and not post.pages),
+        "buffer_freed": int(pre.meta_slot >= 0 and post.meta_slot < 0),
+        "streamed": f.count(ev.Stream), "receiver_cleared": after.status is None,
+        "abort_sent": aborts, "armed": kvcases.tracker_of(after, 0) is not None,
+        "checksum": post.expected_checksum is not None, **_finish(post)}
+
+
+def gated(ctx: Ctx, s) -> Iterable[int]:
+    """Requests in decode's transfer queue whose receiver polls Success while
+    their metadata slot reads room 0: the metadata gate keeps them waiting
+    (``decode.transfer_poll``), so ``pop_transferred`` must leave them alone."""
+    for r in range(ctx.scenario.n):
+        req = s.d[r]
+        if (req.stage is DStage.TRANSFER and not s.crashed()
+                and actions.kvmanager.receiver_poll(ctx, s, r) == KVPoll.Success
+                and actions.decode.transfer_poll(ctx, s, r) != KVPoll.Success):
+            yield r
+
+
+def held(ctx: Ctx, s) -> Iterable[int]:
+    """Requests decode holds for their drain ack (one decode rank)."""
+    if ctx.scenario.decode.ranks != 1 or s.crashed():
+        return ()
+    return [r for r in range(ctx.scenario.n) if s.d[r].stage is DStage.HELD]
+
+
+def deferred_release_cases(ctx: Ctx, s, r: int) -> Iterable[Tuple[str, Tuple[dict, dict]]]:
+    """Held request r of ``s``, judged by ``resolve_deferred_releases``
+    before its deadline (the model's ``resolve_held``, which ``d_recv_ack``
+    runs on the room's tracker as it is) and after it (``do_release``,
+    ``d_deferred_timeout``)."""
+    sc = ctx.scenario
+    kvm = actions.kvmanager
+    pre = s.d[r]
+    room = kvm.d_room_of(ctx, s, r)
+    inputs = {"req": _req(pre, holds_kv=True, holds_metadata=False, retraction_backup=False),
+              "status": None if room.status is None else room.status.name,
+              "tracker": kvcases.tracker_of(room, 0), "pranks": sc.prefill.ranks,
+              "buffers": sc.decode.metadata_buffers}
+    for how, (nxt, _) in (("resolve", actions.decode.resolve_held(ctx, s, r)),
+                          ("timeout", actions.decode.do_release(ctx, s, r, on_ack=False))):
+        post, after = nxt.d[r], kvm.d_room_of(ctx, nxt, r)
+        yield how, (dict(inputs, expired=how == "timeout"), {
+            "held": post.stage is DStage.HELD,
+            "kv_released": int(bool(pre.pages) and not post.pages),
+            "buffer_freed": int(pre.meta_slot >= 0 and post.meta_slot < 0),
+            "status": None if after.status is None else after.status.name,
+            "tracker": kvcases.tracker_of(after, 0) is not None})
+
+
 # one encoder per seam, keyed like the adapter's SEAMS (CCF's one trace
 # operator per implementation event): the model's step -> the seam's inputs
 # and the observable effects the real code must show
 ENCODERS = {"intake": _intake, "prefill_result": _prefill_result,
             "prefill_inflight": _prefill_inflight, "prefill_door": _prefill_door,
-            "decode_door": _decode_door}
+            "decode_door": _decode_door, "decode_commit": _decode_commit}
 
 
 def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
@@ -230,19 +312,79 @@ class Collector:
     def __init__(self, release: Release):
         self.release = release
         self.cases: Dict[Tuple[str, str], Case] = {}
+        self.step_cases = 0  # cases of the action seams (ENCODERS)
+        self.per_seam: Dict[str, int] = {}
+        self._rooms_seen: set = set()
+
+    def _add(self, seam: str, name: str, inputs: dict, expect: dict, origin: str) -> bool:
+        key = (seam, _dump(inputs))
+        case = Case(seam, name, key[1], _dump(expect), origin)
+        old = self.cases.setdefault(key, case)
+        if old.expect != case.expect:
+            raise AssertionError(f"model predicts two outcomes for one input: "
+                                 f"{old.origin} vs {case.origin}")
+        if old is case:
+            self.per_seam[seam] = self.per_seam.get(seam, 0) + 1
+        return old is case
+
+    def enough(self, target: int) -> bool:
+        """``target`` cases of the action seams, and ``PER_SEAM`` of each seam
+        issue #24 added (the walks go on until both, or their budget ends)."""
+        return self.step_cases >= target and all(
+            self.per_seam.get(seam, 0) >= PER_SEAM for seam in SEAMS_WITH_MINIMUM)
 
     def add_state(self, ctx: Ctx, s, origin: str) -> None:
+        if s.crashed():  # nothing runs after a crash
+            return
         for name, r in seam_steps(ctx, s):
+            if name == "d_transferred":
+                # what the commit's case depends on: the request's record, its
+                # metadata slot and room, and the configuration
+                sc = ctx.scenario
+                key = ("commit", sc.prefill.ranks, sc.decode, sc.layouts_match, ctx.deferred,
+                       s.d[r], s.d_slots[s.d[r].meta_slot],
+                       actions.kvmanager.d_room_of(ctx, s, r), sc.room_id(r))
+                if key in self._rooms_seen:
+                    continue
+                self._rooms_seen.add(key)
             got = case_of(ctx, s, name, r)
-            if got is None:
+            if got is not None and self._add(SEAMS[name], name, *got, f"{origin}, {name}(r{r})"):
+                self.step_cases += 1
+        for r in gated(ctx, s):
+            got = _decode_commit(Fired(ctx, s, r, "decode", s, ()))
+            if got is not None:
+                self._add("decode_commit", "transfer_poll", *got, f"{origin}, gated r{r}")
+        self._add_held(ctx, s, origin)
+        # a drain ack that can arrive now is counted by the tracker before
+        # the holds are judged (d_recv_ack): the holds as the ack leaves them
+        for r in range(ctx.scenario.n):
+            for m in actions.transport.arriving(s, "ack", r):
+                s1, counted = actions.kvmanager.note_ack(
+                    ctx, actions.transport.consume(s, m), r, m.rank, m.prank, m.gen)
+                if counted:
+                    self._add_held(ctx, s1, f"{origin}, r{r}'s ack counted")
+
+    def _add_held(self, ctx: Ctx, s, origin: str) -> None:
+        for r in held(ctx, s):
+            # what the cases of a held request depend on: its record, its
+            # room's, and the configuration (most states differ elsewhere)
+            key = ("held", ctx.scenario.prefill.ranks, ctx.scenario.decode,
+                   s.d[r], actions.kvmanager.d_room_of(ctx, s, r))
+            if key in self._rooms_seen:
                 continue
-            inputs, expect = got
-            key = (SEAMS[name], _dump(inputs))
-            case = Case(SEAMS[name], name, key[1], _dump(expect), f"{origin}, {name}(r{r})")
-            old = self.cases.setdefault(key, case)
-            if old.expect != case.expect:
-                raise AssertionError(f"model predicts two outcomes for one input: "
-                                     f"{old.origin} vs {case.origin}")
+            self._rooms_seen.add(key)
+            for how, got in deferred_release_cases(ctx, s, r):
+                self._add("deferred_release", how, *got, f"{origin}, {how} r{r}")
+        # the KV managers' records in this state (kvcases.py); a state whose
+        # rooms were all seen under the same configuration adds nothing
+        for r in kvcases.rooms(ctx, s):
+            key = kvcases.room_key(ctx, s, r)
+            if key in self._rooms_seen:
+                continue
+            self._rooms_seen.add(key)
+            for seam, helper, inputs, expect in kvcases.predictions(ctx, s, r):
+                self._add(seam, helper, inputs, expect,
+                          f"{origin}, {helper} ({inputs['op']}, room of r{r})")
 
 
 StatesOf = Callable[[str], Sequence[State]]
@@ -275,7 +417,9 @@ def from_builtin(release: Release, names: Optional[List[str]] = None,
 def from_drawn(release: Release, target: int, collector: Optional[Collector] = None,
                max_examples: int = 8000, walk_steps: int = 60) -> Collector:
     """Random walks on scenarios drawn by ``hypo.scenarios()`` until ``target``
-    distinct cases are collected (derandomized: the same cases every run)."""
+    distinct cases of the action seams are collected and each seam of
+    ``SEAMS_WITH_MINIMUM`` has ``PER_SEAM`` (derandomized: the same cases
+    every run)."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
     from reqmodel.engines.hypothesis import engine as hypo
@@ -288,7 +432,7 @@ def from_drawn(release: Release, target: int, collector: Optional[Collector] = N
     def walk(sc: Scenario, seed: int) -> None:
         # every draw is made before the body runs: stopping at the target
         # must not change what Hypothesis sees drawn
-        if len(col.cases) >= target:
+        if col.enough(target):
             return
         rnd = random.Random(seed)
         ctx = Ctx(release=release, scenario=sc)

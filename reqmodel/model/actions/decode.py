@@ -328,7 +328,7 @@ def _transferred_ready(c, s, r):
                                                                           KVPoll.Failed)
 
 
-@action("decode", guard=_transferred_ready)
+@action("decode", guard=_transferred_ready, seam="decode_commit")
 def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """D3 ``pop_transferred`` (dc 2245/2331/2616/2728/2833) polls the receiver
     (``request_status[room]``, which ``decode_thread`` set).  Success: the
@@ -336,8 +336,9 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     (``_commit_transfer_to_req``; room 0 passes the metadata gate only on
     the fake transport, ``transfer_poll``), then the waiting queue and the
     slot freed.
-    Failed: ``prepare_abort(500)``, stream, then release now or hold until
-    the drain ack (§5.5)."""
+    Failed: ``failure_exception()`` (which clears the room's status entry),
+    ``prepare_abort(500)``, stream, then release now or hold until the drain
+    ack (§5.5)."""
     req = s.d[r]
     if transfer_poll(c, s, r) == KVPoll.Success:
         counted = d_room_of(c, s, r).responded
@@ -364,7 +365,10 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
         if slot.room != 0:  # room 0 is "not ready", not a corruption
             evs = (CorruptionAbort(r, "decode", "room"),) + evs
         return s, evs
-    s = set_d(receiver_fail(c, s, r), r, finished_reason=ABORT_500, receiver_state=KVPoll.Failed)
+    # failure_exception() latches Failed and clear()s: the room's status
+    # entry is popped now, whoever else uses the room (dc 19:2284, 21:2657,
+    # 22:2764, 23:2870; cc 23:2944-2946)
+    s = set_d(receiver_clear(c, s, r), r, finished_reason=ABORT_500, receiver_state=KVPoll.Failed)
     s, evs = stream_d(s, r, 500)
     holders: Tuple[int, ...] = ()
     if c.deferred:
