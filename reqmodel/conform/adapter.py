@@ -46,7 +46,8 @@ from sglang.srt.managers import utils as mu
 from sglang.srt.sampling.sampling_params import SamplingParams
 from sglang.srt.server_args import ServerArgs
 
-import sourcescan  # beside this file on the worker's path
+import kvadapter  # beside this file on the worker's path
+import sourcescan
 
 BOOTSTRAP_PORT = 8998
 _PARALLEL = types.SimpleNamespace(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1,
@@ -495,19 +496,12 @@ def decode_room(case: Dict[str, Any]) -> Dict[str, Any]:
         recv.clear()
     elif case["op"] == "poll":
         try:
-            out["poll"] = _poll_name(recv.poll())
+            out["poll"] = kvadapter.poll_name(recv.poll())
         except KeyError:
             out["poll"] = "KeyError"
     status = mgr.request_status.get(_ROOM)
-    out["status"] = None if status is None else _poll_name(status)
+    out["status"] = kvadapter.poll_name(status)
     return out
-
-
-def _poll_name(value) -> str:
-    """``KVPoll`` is a class of int constants, not an enum."""
-    from sglang.srt.disaggregation.base.conn import KVPoll
-    return next(n for n in ("Failed", "Bootstrapping", "WaitingForInput", "Transferring",
-                            "Success") if getattr(KVPoll, n) == value)
 
 
 # ------------------------------------------------------- decode's commit (D3)
@@ -563,14 +557,13 @@ def decode_commit(case: Dict[str, Any]) -> Dict[str, Any]:
     ``failure_exception``, ``ensure_abort_notified`` with the ABORT frames
     caught at the socket), and the real deferred-release queue.
     ``release_kv_cache`` is a spy."""
-    import kvadapter as kv
     s, q, mgr, recv, req, dreq, KVPoll = _transfer_entry(case, case["deferred"])
     s.kv_checksum_computer = object() if case["checksum"] else None
     recv.abort_notified = case["notified"]
     recv.conclude_state = None if case["latched"] is None else getattr(KVPoll, case["latched"])
     alloc = q.req_to_metadata_buffer_idx_allocator
     idx = dreq.metadata_buffer_index
-    room = {"own": kv.ROOM, "none": 0, "other": kv.ROOM + 1}[case["slot_room"]]
+    room = {"own": kvadapter.ROOM, "none": 0, "other": kvadapter.ROOM + 1}[case["slot_room"]]
     q.metadata_buffers.bootstrap_room[idx, 0] = room
     if case["slot_checksum"] and getattr(q.metadata_buffers, "kv_checksum", None) is not None:
         # a digest written by a prefill with this decode's layout (the cases
@@ -587,15 +580,14 @@ def decode_commit(case: Dict[str, Any]) -> Dict[str, Any]:
             mock.patch.object(type(recv), "_connect_to_bootstrap_server",
                               lambda self, info: (sock, contextlib.nullcontext()), create=True):
         done = q.pop_transferred()
-        if hasattr(q, "resolve_deferred_releases"):
-            q.resolve_deferred_releases()
+        q.resolve_deferred_releases()
     expected = getattr(req, "expected_kv_checksum", None)
     return {"transferred": req in done, "held": any(d.req is req for d, *_ in q._deferred_releases),
             "kv_released": released.calls, "buffer_freed": alloc.available_size() - free_before,
             "streamed": s.output_streamer.stream_output.calls,
-            "receiver_cleared": kv.ROOM not in mgr.request_status,
+            "receiver_cleared": kvadapter.ROOM not in mgr.request_status,
             "abort_sent": sum(1 for f in sock.frames if f and f[0] == b"ABORT"),
-            "armed": kv.ROOM in mgr._deferred_abort_ack_tracker,
+            "armed": kvadapter.ROOM in mgr._deferred_abort_ack_tracker,
             "checksum": expected not in (None, 0, (0, 0)),
             "to_finish": kind(req.to_finish), "finished_reason": kind(req.finished_reason)}
 
@@ -605,7 +597,6 @@ def _transfer_entry(case: Dict[str, Any], deferred: bool = True):
     and drain-ack tracker, and a receiver of the room (metadata published,
     one bootstrap info per prefill rank) on a request that holds a metadata
     slot and KV pages."""
-    import kvadapter as kv
     from sglang.srt.disaggregation.base.conn import KVPoll
     s = door_scheduler()
     s.enable_decode_hicache = False
@@ -616,16 +607,16 @@ def _transfer_entry(case: Dict[str, Any], deferred: bool = True):
         kv_checksum_signature=_LAYOUT_SIGNATURE)
     q = transfer_queue(s, case["buffers"], deferred)
     q._skipped_checksum_signatures = set()
-    mgr = kv.manager(0, deferred)
-    recv = room_receiver_on(mgr, kv.ROOM)
-    mgr.request_status.pop(kv.ROOM, None)
-    kv.seed_decode(mgr, {"status": case["status"], "responded": [],
+    mgr = kvadapter.manager(0, deferred)
+    recv = room_receiver_on(mgr, kvadapter.ROOM)
+    mgr.request_status.pop(kvadapter.ROOM, None)
+    kvadapter.seed_decode(mgr, {"status": case["status"], "responded": [],
                          "tracker": case["tracker"]}, case["pranks"],
                    (case["tracker"] or {"gen": 0})["gen"] + 1)
     recv.bootstrap_infos = [{"rank_ip": f"10.1.0.{p + 1}", "rank_port": 9000 + p}
                             for p in range(case["pranks"])]
     recv.init_time = 1.0
-    req = make_req("r", case["req"]["tokens"], kv.ROOM, host="10.1.0.1")
+    req = make_req("r", case["req"]["tokens"], kvadapter.ROOM, host="10.1.0.1")
     shape(req, case["req"])
     idx = q.req_to_metadata_buffer_idx_allocator.alloc()
     dreq = dc.DecodeRequest(req=req, kv_receiver=recv, metadata_buffer_index=idx)
@@ -639,7 +630,6 @@ def deferred_release(case: Dict[str, Any]) -> Dict[str, Any]:
     ``is_abort_release_safe`` on the seeded tracker, the real ``_do_release``
     (``clear_deferred_abort_state``, the receiver's ``clear()``, the metadata
     slot freed); ``release_kv_cache`` is a spy."""
-    import kvadapter as kv
     _, q, mgr, recv, req, dreq, KVPoll = _transfer_entry(case)
     recv.conclude_state = KVPoll.Failed
     recv.abort_notified = True
@@ -651,18 +641,15 @@ def deferred_release(case: Dict[str, Any]) -> Dict[str, Any]:
     released = ReleaseSpy()
     with mock.patch.object(dc, "release_kv_cache", released):
         q.resolve_deferred_releases()
-    status = mgr.request_status.get(kv.ROOM)
+    status = mgr.request_status.get(kvadapter.ROOM)
     return {"held": any(e[0] is dreq for e in q._deferred_releases),
             "kv_released": released.calls, "buffer_freed": alloc.available_size() - free_before,
-            "status": None if status is None else kv._poll_name(status),
-            "tracker": kv.ROOM in mgr._deferred_abort_ack_tracker}
+            "status": kvadapter.poll_name(status),
+            "tracker": kvadapter.ROOM in mgr._deferred_abort_ack_tracker}
 
 
 SEAMS = {"intake": intake, "prefill_door": prefill_door, "decode_door": decode_door,
          "prefill_result": prefill_result, "prefill_inflight": prefill_inflight,
          "decode_room": decode_room, "decode_commit": decode_commit,
          "deferred_release": deferred_release}
-
-import kvadapter  # noqa: E402  (beside this file; imports sglang the same way)
-
 SEAMS.update(kvadapter.SEAMS)

@@ -42,7 +42,8 @@ def _rank_of_endpoint(endpoint: str) -> int:
     return int(host.rsplit(".", 1)[1]) - 1
 
 
-def _poll_name(value) -> Optional[str]:
+def poll_name(value) -> Optional[str]:
+    """``KVPoll`` is a class of int constants, not an enum."""
     if value is None:
         return None
     return next(n for n in ("Failed", "Bootstrapping", "WaitingForInput", "Transferring",
@@ -184,7 +185,7 @@ def _sent(mgr):
             acks.append([_rank_of_endpoint(endpoint), int(frames[2]),
                          int(frames[3]) if len(frames) > 3 else 0])
         else:
-            reports.add(_poll_name(_parse_status(mgr, frames)[1]))
+            reports.add(poll_name(_parse_status(mgr, frames)[1]))
     return sorted(acks), sorted(reports)
 
 
@@ -197,7 +198,7 @@ def _parse_status(mgr, frames):
 
 def prefill_observation(mgr, reports: bool = False) -> Dict[str, Any]:
     acks, sent_reports = _sent(mgr)
-    out = {"status": _poll_name(mgr.request_status.get(ROOM)),
+    out = {"status": poll_name(mgr.request_status.get(ROOM)),
            "failure_record": ROOM in mgr.failure_records,
            "transfer_infos": ROOM in mgr.transfer_infos,
            "ack_to": _ack_targets(mgr),
@@ -301,7 +302,7 @@ def decode_observation(mgr, k: int) -> Dict[str, Any]:
     if t is not None:
         t = ({"gen": t.generation, "acks": sorted(t.prefill_ranks)} if HAS_GENERATIONS
              else {"gen": 0, "acks": sorted(t)})
-    return {"status": _poll_name(mgr.request_status.get(ROOM)),
+    return {"status": poll_name(mgr.request_status.get(ROOM)),
             "responded": sorted(mgr.prefill_response_tracker.get(ROOM, ())),
             "tracker": t}
 

@@ -36,8 +36,7 @@ generations are compared as ``[decode rank, prefill rank, generation]``.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, Optional, Tuple
-
+from typing import Iterable, Optional, Tuple
 
 from reqmodel.model.actions import kvmanager as kvm
 from reqmodel.model.actions.core import Ctx, pranks
@@ -84,13 +83,10 @@ def tracker_of(t: DRoom, k: int) -> Optional[dict]:
 
 
 def _d_room_in(t: DRoom, k: int) -> dict:
+    """Decode rank k's record of the room, as the worker seeds it and as it
+    reads it back."""
     return {"status": _name(t.status), "responded": sorted({q for q, _ in t.responded}),
             "tracker": tracker_of(t, k)}
-
-
-def _d_room_out(t: DRoom, k: int) -> dict:
-    got = _d_room_in(t, k)
-    return {"status": got["status"], "responded": got["responded"], "tracker": got["tracker"]}
 
 
 def _emptied(s: State) -> State:
@@ -144,7 +140,7 @@ def decode_predictions(c: Ctx, s: State, r: int, k: int) -> Iterable[Prediction]
               "next_gen": kvm.fresh_generation(c, s, r) if c.release.ack_generations else 0}
 
     def out(nxt: State) -> dict:
-        return _d_room_out(kvm.d_room_of(c, nxt, r), k)
+        return _d_room_in(kvm.d_room_of(c, nxt, r), k)
 
     slot = s.room_slot(r)
     mine = [m for m in s.net if s.room_slot(m.rid) == slot]
@@ -194,10 +190,3 @@ def room_key(c: Ctx, s: State, r: int) -> Tuple:
     return (sc.prefill.ranks, sc.decode.ranks, c.deferred,
             tuple(kvm.room_of(c, s, r, q) for q in pranks(c)), kvm.d_room_of(c, s, r), msgs)
 
-
-SEAM_HELPERS: Dict[str, Tuple[str, ...]] = {
-    "status_merge": ("update_status", "conclude", "record_failure", "apply_report"),
-    "abort_ack": ("handle_abort", "register_ack_target", "maybe_ack_drained", "clear_rank",
-                  "failure_exception_rank", "arm_tracker", "note_ack", "release_safe",
-                  "clear_tracker"),
-}
