@@ -73,7 +73,8 @@ def seams(rel):
     r = releases.get(rel)
     return (r.prefill_door.__name__, r.decode_door.__name__, r.retire_cleanup,
             r.final_result.__name__, r.middle_result.__name__,
-            r.requeue_fallback_frees_metadata, r.update_status.__name__, r.sender_capacity)
+            r.requeue_fallback_frees_metadata, r.update_status.__name__,
+            r.handshake_polls_waiting, r.release_reduced, r.sender_capacity)
 
 
 @pytest.mark.parametrize("rel", RELEASES)
@@ -102,15 +103,16 @@ def test_every_seam_is_driven():
         seams_hit = {c.seam for c in model_cases(rel)}
         assert seams_hit == {"intake", "prefill_door", "decode_door", "prefill_result",
                              "prefill_inflight", "decode_room", "status_merge",
-                             "abort_ack", "decode_commit", "deferred_release"}, rel
+                             "abort_ack", "decode_prealloc", "decode_commit",
+                             "deferred_release"}, rel
 
 
 SEAM_FIELDS = {
     # what each issue-#24 seam's cases read of the release record
+    "decode_prealloc": lambda r: (r.handshake_polls_waiting, r.prealloc_scan.__name__),
     "decode_commit": lambda r: (r.hold_unnotified,),
-    # one decode rank: 0.5.23's MIN over ranks (release_reduced) agrees
-    # with the per-rank decision of 0.5.19-0.5.22, so no release differs here
-    "deferred_release": lambda r: (),
+    # every decode rank at once: 0.5.23 MIN-reduces readiness over them
+    "deferred_release": lambda r: (r.release_reduced,),
     # the seeded record's ack targets are read back too: 0.5.21's fan-out
     # snapshot has no place in 0.5.20's one target
     "status_merge": lambda r: (r.update_status.__name__, r.conclude_transfer,
@@ -168,6 +170,44 @@ def test_conclude_records_the_failure_it_reports_from_0_5_20():
                 assert got["reports"] == ["Failed"], (rel, got)
 
 
+def _prealloc_outcome(expect: dict) -> str:
+    return expect["crash"] or ("drop" if 0 in expect["dropped"]
+                               else "prealloc" if expect["preallocated"] else "waits")
+
+
+@pytest.mark.parametrize("rel", RELEASES)
+def test_decode_prealloc_has_a_hundred_cases_on_every_branch(rel):
+    """pop_preallocated on the whole queue: the first entry preallocated,
+    dropped by the abort scan, left waiting, or the handshake raising
+    ValueError on a Success poll; from 0.5.20 also a popped room's KeyError
+    (0.5.19 skips the handshake's poll while every entry waits)."""
+    got = [(json.loads(c.inputs), json.loads(c.expect)) for c in model_cases(rel)
+           if c.seam == "decode_prealloc"]
+    assert len(got) >= 100, (rel, len(got))
+    kinds = {_prealloc_outcome(e) for _, e in got}
+    assert kinds >= {"prealloc", "drop", "waits", "ValueError"}, (rel, kinds)
+    assert ("KeyError" in kinds) is (rel != "0.5.19"), (rel, kinds)
+    assert any(len(i["entries"]) > 1 for i, _ in got), rel
+
+
+def test_retracted_requests_hold_back_the_prealloc_budget():
+    """Found by the decode_prealloc seam: the real budget
+    (_allocatable_token_budgets(count_retracted=True)) keeps every retracted
+    request's pages, so a request that fits the free pages can wait."""
+    held_back = []
+    for rel in RELEASES:
+        obs = observed_by_inputs(rel)
+        for c in model_cases(rel):
+            i = json.loads(c.inputs)
+            if c.seam != "decode_prealloc" or not i["retracted"] or obs[c.inputs]["crash"]:
+                continue
+            need = cases_mod.pages(i["entries"][0]["tokens"])
+            if (need <= len(i["free_pages"]) and i["free_slots"]
+                    and i["entries"][0]["waiting"] and 0 not in obs[c.inputs]["dropped"]):
+                held_back.append(obs[c.inputs]["preallocated"])
+    assert False in held_back, held_back
+
+
 @pytest.mark.parametrize("rel", RELEASES)
 def test_decode_commit_has_a_hundred_cases_on_every_branch(rel):
     """pop_transferred's branches the model reaches: a commit, a room
@@ -205,10 +245,30 @@ def test_deferred_release_has_a_hundred_cases_and_both_ends(rel):
     got = [(json.loads(c.inputs), json.loads(c.expect)) for c in model_cases(rel)
            if c.seam == "deferred_release"]
     assert len(got) >= 100, (rel, len(got))
-    assert any(not i["expired"] and not e["held"] for i, e in got), rel
-    assert any(not i["expired"] and e["held"] for i, e in got), rel
-    assert all(not e["held"] for i, e in got if i["expired"]), rel
-    assert any(i["status"] is not None and e["status"] is None for i, e in got), rel
+    held = lambda e: any(k["held"] for k in e["ranks"])  # noqa: E731
+    assert any(not i["expired"] and not held(e) for i, e in got), rel
+    assert any(not i["expired"] and held(e) for i, e in got), rel
+    assert all(not held(e) for i, e in got if i["expired"]), rel
+    assert any(i["status"] is not None and not held(e) and e["ranks"][0]["status"] is None
+               for i, e in got), rel
+
+
+def test_decode_ranks_release_a_hold_together_from_0_5_23():
+    """The deferred release on every decode rank at once (the ranks as
+    threads, 0.5.23's all_reduce_flags the real call on each): a hold that
+    one rank's drain ack makes safe ends on that rank alone up to 0.5.22
+    and on no rank on 0.5.23, in the model's cases and on the real code."""
+    split = {}
+    for rel in RELEASES:
+        obs = observed_by_inputs(rel)
+        for c in model_cases(rel):
+            if c.seam != "deferred_release" or len(json.loads(c.inputs)["held"]) < 2:
+                continue
+            got = [k["held"] for k in obs[c.inputs]["ranks"]]
+            split.setdefault(rel, set()).add(len(set(got)) > 1)
+    assert set(split) == set(RELEASES), split
+    assert split["0.5.23"] == {False}, split
+    assert any(True in split[rel] for rel in RELEASES if rel != "0.5.23"), split
 
 
 def _concludes_a_failed_room_without_record(case):

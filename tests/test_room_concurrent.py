@@ -12,7 +12,9 @@ from reqmodel.engines import exhaustive as explore
 from reqmodel.model import properties, releases, scenario
 from reqmodel.model.actions import Ctx, Step, apply, enabled, initial_state
 from reqmodel.model.scenario import ScenarioError, from_dict, to_dict
-from reqmodel.model.state import KVPoll
+from reqmodel.model.actions.core import set_d
+from reqmodel.model.actions.kvmanager import set_d_room
+from reqmodel.model.state import ABORT_400, DStage, KVPoll
 from steps import run_steps
 
 CONCURRENT = scenario.builtin("room-concurrent")
@@ -124,3 +126,47 @@ def test_an_assertion_in_release_kv_cache_ends_the_step_where_it_raises():
     kinds = [e.kind for e in v.trace.events[-1]]
     assert kinds[-1] == "crash" and "stream" not in kinds
     assert v.trace.states[-1].crashed()
+
+
+# r0 is in decode's prealloc queue, its handshake done (request_status
+# WaitingForInput); r1 has not reached decode
+R0_WAITING = (Step("p_intake", 0), Step("d_intake", 0), Step("p_door", 0), Step("d_door", 0))
+
+
+def test_nothing_is_dropped_when_the_handshake_raises():
+    """pop_preallocated runs the handshake before the abort scan: an aborted
+    entry whose poll reads Success takes the scheduler down; it is not
+    dropped first (found by the decode_prealloc seam)."""
+    ctx = Ctx(releases.get("0.5.20"), CONCURRENT)
+    s = run_steps(ctx, AFTER_SUCCESS + (Step("d_door", 1),))
+    aborted = set_d(s, 1, finished_reason=ABORT_400)
+    assert apply(ctx, aborted, Step("d_prealloc_drop", 1)) is None
+    assert apply(ctx, aborted, Step("d_unexpected_poll", 1)) is not None
+    # without the Success the same entry is dropped
+    quiet = set_d_room(ctx, set_d(aborted, 1, receiver_state=KVPoll.WaitingForInput), 1,
+                       status=KVPoll.WaitingForInput)
+    assert apply(ctx, quiet, Step("d_prealloc_drop", 1)) is not None
+
+
+def test_a_popped_room_raises_in_the_handshake_from_0_5_20_only():
+    """A waiting entry whose request_status entry another request popped:
+    0.5.20+ polls it in the handshake (KeyError); 0.5.19 skips the poll
+    while every entry waits, so the entry is preallocated."""
+    for name, raises in (("0.5.19", False), ("0.5.20", True), ("0.5.23", True)):
+        ctx = Ctx(releases.get(name), CONCURRENT)
+        s = set_d_room(ctx, run_steps(ctx, R0_WAITING), 0, status=None)
+        assert (apply(ctx, s, Step("d_poll_popped_room", 0)) is not None) is raises, name
+        assert (apply(ctx, s, Step("d_prealloc", 0, (0, (0,)))) is None) is raises, name
+
+
+def test_a_retracted_request_holds_back_the_prealloc_budget():
+    """_allocatable_token_budgets(count_retracted=True) keeps a retracted
+    request's pages out of the prealloc budget (found by the decode_prealloc
+    seam): with two free pages and a one-page request retracted, a two-page
+    request waits."""
+    two = attrs.evolve(CONCURRENT, prompt_pages=(2, 1))
+    ctx = Ctx(releases.get("0.5.21"), two)
+    s = run_steps(ctx, R0_WAITING)
+    assert apply(ctx, s, Step("d_prealloc", 0, (0, (0, 1)))) is not None
+    retracted = set_d(s, 1, stage=DStage.RETRACTED, origin_pages=1)
+    assert apply(ctx, retracted, Step("d_prealloc", 0, (0, (0, 1)))) is None

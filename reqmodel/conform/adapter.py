@@ -25,10 +25,13 @@ model's decode capacity check would reject are not sent (see cases.py).
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import inspect
 import pathlib
 import tempfile
+import threading
+import time
 import types
 from array import array
 from typing import Any, Dict, Optional
@@ -623,33 +626,221 @@ def _transfer_entry(case: Dict[str, Any], deferred: bool = True):
     return s, q, mgr, recv, req, dreq, KVPoll
 
 
-def deferred_release(case: Dict[str, Any]) -> Dict[str, Any]:
-    """``resolve_deferred_releases`` on a request decode holds for its drain
-    ack: the real deferred-release list (its entry made by the real
-    ``_defer_release``, before or after its deadline), the real
-    ``is_abort_release_safe`` on the seeded tracker, the real ``_do_release``
-    (``clear_deferred_abort_state``, the receiver's ``clear()``, the metadata
-    slot freed); ``release_kv_cache`` is a spy."""
-    _, q, mgr, recv, req, dreq, KVPoll = _transfer_entry(case)
-    recv.conclude_state = KVPoll.Failed
-    recv.abort_notified = True
-    if case["expired"]:
-        q.deferred_kv_release_timeout = -1.0  # the deadline has passed
-    q._defer_release(dreq)
-    alloc = q.req_to_metadata_buffer_idx_allocator
-    free_before = alloc.available_size()
-    released = ReleaseSpy()
-    with mock.patch.object(dc, "release_kv_cache", released):
-        q.resolve_deferred_releases()
-    status = mgr.request_status.get(kvadapter.ROOM)
-    return {"held": any(e[0] is dreq for e in q._deferred_releases),
-            "kv_released": released.calls, "buffer_freed": alloc.available_size() - free_before,
-            "status": kvadapter.poll_name(status),
-            "tracker": kvadapter.ROOM in mgr._deferred_abort_ack_tracker}
+class _Collective:
+    """``all_reduce_flags`` over the decode ranks of one case, run as threads
+    of this process: each rank's real ``resolve_deferred_releases`` calls it
+    with its own flags and gets the element-wise MIN of every rank's (the
+    gloo all-reduce, replaced at its boundary like the sockets)."""
 
+    def __init__(self, parties: int):
+        self.barrier = threading.Barrier(parties)
+        self.flags: Dict[int, list] = {}
+
+    def __call__(self, flags, group, op):
+        rank = threading.current_thread().rank
+        self.flags[rank] = list(flags)
+        self.barrier.wait()
+        out = [min(col) for col in zip(*self.flags.values())]
+        self.barrier.wait()
+        return out
+
+
+def deferred_release(case: Dict[str, Any]) -> Dict[str, Any]:
+    """``resolve_deferred_releases`` on every decode rank that holds the
+    request for its drain ack: per rank, the real deferred-release list (its
+    entry made by the real ``_defer_release``, before or after its deadline),
+    the real ``is_abort_release_safe`` on the rank's seeded tracker, the real
+    ``_do_release`` (``clear_deferred_abort_state``, the receiver's
+    ``clear()``, the metadata slot freed); ``release_kv_cache`` is a spy.  The
+    ranks run as threads, so 0.5.23's MIN-reduce of readiness across ranks
+    (``all_reduce_flags``) is the real call on every rank (``_Collective``)."""
+    ranks = []
+    for k, tracker in enumerate(case["trackers"]):
+        # a rank that already let go (up to 0.5.22 a rank releases alone)
+        # cleared its own room entry and tracker in its _do_release
+        kept = k in case["held"]
+        _, q, mgr, recv, req, dreq, KVPoll = _transfer_entry(
+            dict(case, tracker=tracker if kept else None,
+                 status=case["status"] if kept else None))
+        recv.conclude_state = KVPoll.Failed
+        recv.abort_notified = True
+        if case["expired"]:
+            q.deferred_kv_release_timeout = -1.0  # the deadline has passed
+        if kept:
+            q._defer_release(dreq)
+        ranks.append((q, mgr, dreq, q.req_to_metadata_buffer_idx_allocator.available_size(),
+                      ReleaseSpy()))
+    errors = []
+
+    def resolve(q):
+        try:
+            q.resolve_deferred_releases()
+        except Exception as e:  # reported as the case's error below
+            errors.append(e)
+    threads = []
+    for k, (q, *_) in enumerate(ranks):
+        t = threading.Thread(target=resolve, args=(q,))
+        t.rank = k
+        threads.append(t)
+
+    def release_kv_cache(req, *args, **kwargs):  # the calling rank's spy
+        ranks[threading.current_thread().rank][4](req, *args, **kwargs)
+    patch = (mock.patch.object(dc, "all_reduce_flags", _Collective(len(case["held"])))
+             if hasattr(dc, "all_reduce_flags") else contextlib.nullcontext())
+    with patch, mock.patch.object(dc, "release_kv_cache", release_kv_cache):
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    if errors:
+        raise errors[0]
+    out = []
+    for q, mgr, dreq, free_before, released in ranks:
+        out.append({"held": any(e[0] is dreq for e in q._deferred_releases),
+                    "kv_released": released.calls,
+                    "buffer_freed": q.req_to_metadata_buffer_idx_allocator.available_size()
+                    - free_before})
+    if not any(r["held"] for r in out):
+        for got, (_, mgr, _, _, _) in zip(out, ranks):
+            got.update(status=kvadapter.poll_name(mgr.request_status.get(kvadapter.ROOM)),
+                       tracker=kvadapter.ROOM in mgr._deferred_abort_ack_tracker)
+    return {"ranks": out}
+
+# -------------------------------------------------- decode's prealloc scan (D2)
+
+_PAGE = 16  # tokens per page, as cases.PAGE
+
+
+def _prealloc_pools(q, case: Dict[str, Any]) -> Dict[int, int]:
+    """Real pools behind the queue: a ``ReqToTokenPool`` and a paged
+    ``PagedTokenToKVPoolAllocator`` of the model's page size whose free list
+    holds exactly the model's free pages (model page ``p`` is the real page
+    ``p + 1``: page 0 is the allocators' padding page), and a metadata
+    allocator whose free deque holds the model's free slots."""
+    import torch
+    from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+    from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+    n = len(case["entries"])
+    q.req_to_token_pool = ReqToTokenPool(size=n + 1, max_context_len=(case["pool_pages"] + 1) * _PAGE,
+                                         device="cpu", enable_memory_saver=False)
+    alloc = PagedTokenToKVPoolAllocator(size=case["pool_pages"] * _PAGE, page_size=_PAGE,
+                                        dtype=torch.float32, device="cpu", kvcache=None,
+                                        need_sort=False)
+    alloc.free_pages = torch.tensor([p + 1 for p in case["free_pages"]], dtype=torch.int64)
+    q.token_to_kv_pool_allocator = alloc
+    slots = q.req_to_metadata_buffer_idx_allocator
+    slots.free_slots = collections.deque(case["free_slots"])
+    return {p + 1: p for p in range(case["pool_pages"])}
+
+
+class _NaiveExtend:
+    """``alloc_extend_kernel[(bs,)](...)`` of releases whose paged allocator
+    always launches the triton kernel (0.5.19-0.5.22): runs the wheel's own
+    ``alloc_extend_naive``, the reference the NPU allocator and, from 0.5.23,
+    the paged allocator itself use where triton is missing."""
+
+    def __getitem__(self, grid):
+        from sglang.srt.mem_cache.allocator import paged
+
+        def launch(prefix_lens, seq_lens, last_loc, free_pages, out_indices, _bs_pow2,
+                   page_size):
+            paged.alloc_extend_naive(prefix_lens, seq_lens, last_loc, free_pages,
+                                     out_indices, page_size, out_indices.device)
+        return launch
+
+
+def decode_prealloc(case: Dict[str, Any]) -> Dict[str, Any]:
+    """D2 ``DecodePreallocQueue.pop_preallocated`` on the whole prealloc
+    queue of one decode rank: the real handshake poll
+    (``_update_handshake_waiters`` over a one-rank gloo group), the abort
+    scan, the real budget helpers (retracted requests reserved), ``_pre_alloc``
+    on a real request pool and paged allocator, the metadata slot, and
+    ``send_metadata`` of real ``MooncakeKVReceiver``s on decode's KV manager,
+    whose frames are caught at the socket.  ``entries[0]`` is the request the
+    case is about; rooms are labels (``"0"``, ``"1"``...) for real rooms."""
+    from sglang.srt.disaggregation.base.conn import KVPoll
+    from sglang.srt.mem_cache.allocator import paged
+    s = door_scheduler()
+    s.running_batch = types.SimpleNamespace(reqs=[])
+    s.waiting_queue = []
+    s.last_batch = None
+    s.enable_priority_scheduling = False
+    s.enable_decode_hicache = False
+    s.enable_lora = False
+    s.server_args = types.SimpleNamespace(disaggregation_decode_enable_radix_cache=False)
+    q = decode_queue(s, case["buffers"])
+    page_of = _prealloc_pools(q, case)
+    q.num_reserved_decode_tokens = 0  # --num-reserved-decode-tokens 0
+    q._prefill_dp_rank_queries = {}
+    q.held_rebootstrap_reqs = []
+    q.enable_staging = False
+    q.draft_token_to_kv_pool = None
+    q.transfer_queue = types.SimpleNamespace(queue=[], enable_staging=False)
+    q._num_published_destinations = 0
+    q.retracted_queue = [make_req(f"t{i}", n, 100 + i) for i, n in enumerate(case["retracted"])]
+    mgr = kvadapter.manager(0, False)
+    mgr.kv_args = types.SimpleNamespace(state_types=[])
+    mgr.waiting_timeout = 300.0
+    q.kv_manager = mgr
+    room_of = lambda label: kvadapter.ROOM + int(label)  # noqa: E731
+    sock = _SocketSpy()
+    dreqs = []
+    for i, e in enumerate(case["entries"]):
+        recv = room_receiver_on(mgr, room_of(e["room"]))
+        recv.bootstrap_infos = [{"rank_ip": f"10.1.0.{p + 1}", "rank_port": 9000 + p,
+                                 "is_dummy": False} for p in range(case["pranks"])]
+        recv.session_id = "decode-session"
+        recv.required_dst_info_num = 1
+        recv.init_time = time.time()
+        if e["latched"] is not None:
+            recv.conclude_state = getattr(KVPoll, e["latched"])
+        req = make_req(f"r{i}", e["tokens"], room_of(e["room"]), host="10.1.0.1")
+        shape(req, e)
+        dreq = dc.DecodeRequest(req=req, kv_receiver=recv)
+        dreq.waiting_for_input = e["waiting"]
+        dreqs.append(dreq)
+    for label, status in case["rooms"].items():
+        mgr.request_status.pop(room_of(label), None)
+        if status is not None:
+            mgr.request_status[room_of(label)] = getattr(KVPoll, status)
+    q.queue = list(dreqs)
+    slots_before = set(q.req_to_metadata_buffer_idx_allocator.free_slots)
+    free_before = set(case["free_pages"])
+    naive = (contextlib.nullcontext() if hasattr(q.token_to_kv_pool_allocator, "use_triton_kernels")
+             else mock.patch.object(paged, "alloc_extend_kernel", _NaiveExtend()))
+    try:
+        with naive, mock.patch.object(kvadapter.mc.MooncakeKVReceiver,
+                                      "_connect_to_bootstrap_server",
+                                      lambda self, info: (sock, contextlib.nullcontext()),
+                                      create=True):
+            done, failed = q.pop_preallocated()
+    except KeyError:  # check_status of a popped room, in the handshake's poll
+        return {"crash": "KeyError"}
+    except ValueError as e:
+        if "Unexpected poll case" not in str(e):
+            raise
+        return {"crash": "ValueError"}
+    focus = dreqs[0]
+    out = {"crash": None, "dropped": [i for i, d in enumerate(dreqs) if d in failed],
+           "streamed": s.output_streamer.stream_output.calls, "preallocated": focus in done,
+           "rooms": {label: kvadapter.poll_name(mgr.request_status.get(room_of(label)))
+                     for label in case["rooms"]}}
+    if focus in done:
+        import numpy as np
+        frames = [f for f in sock.frames if f[0] == str(focus.req.bootstrap_room).encode()]
+        pages = [[page_of.get(int(p)) for p in np.frombuffer(f[4], dtype=np.int32)]
+                 for f in frames]
+        out["metadata"] = {
+            "frames": len(frames), "pages": len(pages[0]) if pages else 0,
+            "pages_were_free": all(p in free_before for ps in pages for p in ps)
+            and all(ps == pages[0] and len(set(ps)) == len(ps) for ps in pages),
+            "slot_was_free": all(int(f[5]) == focus.metadata_buffer_index for f in frames)
+            and focus.metadata_buffer_index in slots_before,
+            "prefix": max((int(f[8]) for f in frames), default=0)}
+    return out
 
 SEAMS = {"intake": intake, "prefill_door": prefill_door, "decode_door": decode_door,
          "prefill_result": prefill_result, "prefill_inflight": prefill_inflight,
          "decode_room": decode_room, "decode_commit": decode_commit,
-         "deferred_release": deferred_release}
+         "deferred_release": deferred_release, "decode_prealloc": decode_prealloc}
 SEAMS.update(kvadapter.SEAMS)

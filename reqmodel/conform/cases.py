@@ -34,7 +34,8 @@ from reqmodel.model.state import DStage, KVPoll, PStage, State
 
 PAGE = 16
 # the seams issue #24 added, and the cases each must have per release
-SEAMS_WITH_MINIMUM = ("decode_commit", "status_merge", "abort_ack", "deferred_release")
+SEAMS_WITH_MINIMUM = ("decode_prealloc", "decode_commit", "status_merge", "abort_ack",
+                      "deferred_release")
 PER_SEAM = 100
 # model action -> seam driven in the real code (adapter.SEAMS), as each
 # action declares it in @action(seam=...)
@@ -234,34 +235,116 @@ def gated(ctx: Ctx, s) -> Iterable[int]:
 
 
 def held(ctx: Ctx, s) -> Iterable[int]:
-    """Requests decode holds for their drain ack (one decode rank)."""
-    if ctx.scenario.decode.ranks != 1 or s.crashed():
+    """Requests decode holds for their drain ack (on any decode rank)."""
+    if s.crashed():
         return ()
     return [r for r in range(ctx.scenario.n) if s.d[r].stage is DStage.HELD]
 
 
 def deferred_release_cases(ctx: Ctx, s, r: int) -> Iterable[Tuple[str, Tuple[dict, dict]]]:
-    """Held request r of ``s``, judged by ``resolve_deferred_releases``
-    before its deadline (the model's ``resolve_held``, which ``d_recv_ack``
-    runs on the room's tracker as it is) and after it (``do_release``,
-    ``d_deferred_timeout``)."""
+    """Held request r of ``s``, judged by ``resolve_deferred_releases`` on
+    every decode rank at once, before its deadline (the model's
+    ``resolve_held``, which ``d_recv_ack`` runs on the room's tracker as it
+    is) and after it (``do_release``, ``d_deferred_timeout``).  Per rank: held,
+    KV released, slot freed; the room's entry and the rank's tracker once the
+    hold has ended on every rank (the model keeps one picture of the ranks'
+    room records, in lockstep: a rank that lets go before the others, up to
+    0.5.22, clears its own entry and tracker at once, notes/conformance.md)."""
     sc = ctx.scenario
     kvm = actions.kvmanager
     pre = s.d[r]
     room = kvm.d_room_of(ctx, s, r)
+    ranks = range(sc.decode.ranks)
     inputs = {"req": _req(pre, holds_kv=True, holds_metadata=False, retraction_backup=False),
-              "status": None if room.status is None else room.status.name,
-              "tracker": kvcases.tracker_of(room, 0), "pranks": sc.prefill.ranks,
-              "buffers": sc.decode.metadata_buffers}
+              "status": _poll(room.status), "held": sorted(pre.held),
+              "trackers": [kvcases.tracker_of(room, k) for k in ranks],
+              "pranks": sc.prefill.ranks, "buffers": sc.decode.metadata_buffers}
     for how, (nxt, _) in (("resolve", actions.decode.resolve_held(ctx, s, r)),
                           ("timeout", actions.decode.do_release(ctx, s, r, on_ack=False))):
         post, after = nxt.d[r], kvm.d_room_of(ctx, nxt, r)
-        yield how, (dict(inputs, expired=how == "timeout"), {
-            "held": post.stage is DStage.HELD,
-            "kv_released": int(bool(pre.pages) and not post.pages),
-            "buffer_freed": int(pre.meta_slot >= 0 and post.meta_slot < 0),
-            "status": None if after.status is None else after.status.name,
-            "tracker": kvcases.tracker_of(after, 0) is not None})
+        still = post.held if post.stage is DStage.HELD else ()
+        per_rank = []
+        for k in ranks:
+            let_go = k in pre.held and k not in still
+            got = {"held": k in still, "kv_released": int(let_go),
+                   "buffer_freed": int(let_go and pre.meta_slot >= 0)}
+            if not still:
+                got.update(status=_poll(after.status),
+                           tracker=kvcases.tracker_of(after, k) is not None)
+            per_rank.append(got)
+        yield how, (dict(inputs, expired=how == "timeout"), {"ranks": per_rank})
+
+
+def prealloc_queue(ctx: Ctx, s) -> Tuple[int, ...]:
+    """Decode's prealloc queue in ``s``: the requests at D2, one decode rank."""
+    return tuple(r for r in range(ctx.scenario.n) if s.d[r].stage is DStage.PREALLOC)
+
+
+def prealloc_cases(ctx: Ctx, s) -> Iterable[Tuple[int, Tuple[dict, dict]]]:
+    """D2 ``pop_preallocated`` on decode's whole prealloc queue, once per
+    request in it (that request first in the queue): whether the handshake
+    raises (``d_unexpected_poll``, ``d_poll_popped_room``), which entries the
+    abort scan drops (``d_prealloc_drop``), whether the first one is
+    preallocated (``d_prealloc``) and the metadata it publishes.  Driven with
+    one decode rank, no decode radix cache (a prefix hit needs the real tree),
+    no rebootstrap in the queue, ``--num-reserved-decode-tokens 0`` and 8 new
+    tokens a request (so the budget is the model's page count: a prompt of
+    ``p`` pages leaves 15 tokens of its last page, notes/conformance.md)."""
+    sc = ctx.scenario
+    queue = prealloc_queue(ctx, s)
+    if (sc.decode.ranks != 1 or sc.decode.radix_cache or not queue or s.crashed()
+            or any(s.d[r].rebootstrap or not s.d[r].has_receiver for r in queue)):
+        return
+    kvm = actions.kvmanager
+    rooms = sorted({sc.room_id(r) for r in queue})
+    label = {room: str(i) for i, room in enumerate(rooms)}
+    status = {}
+    for r in queue:
+        st = kvm.d_room_of(ctx, s, r).status
+        status[label[sc.room_id(r)]] = None if st is None else st.name
+    slots = [i for i, sl in enumerate(s.d_slots) if sl.owner is None]
+    retracted = [tokens(s.d[r].origin_pages) for r in range(sc.n)
+                 if s.d[r].stage is DStage.RETRACTED]
+    crash = {"d_poll_popped_room": "KeyError", "d_unexpected_poll": "ValueError"}
+    raises = sorted({kind for name, kind in crash.items() for r in queue
+                     if BY_NAME[name].enabled(ctx, s, r)})
+    for focus in queue:
+        order = (focus,) + tuple(r for r in queue if r != focus)
+        entries = []
+        for r in order:
+            d = s.d[r]
+            latched = d.receiver_state if d.receiver_state in (KVPoll.Success, KVPoll.Failed) else None
+            entries.append({"tokens": tokens(d.origin_pages), "to_finish": kind(d.to_finish),
+                            "finished_reason": kind(d.finished_reason),
+                            "waiting": d.receiver_state is KVPoll.WaitingForInput,
+                            "latched": None if latched is None else latched.name,
+                            "room": label[sc.room_id(r)]})
+        inputs = {"entries": entries, "rooms": status, "pool_pages": sc.decode.pool_pages,
+                  "free_pages": list(s.free_d_pages()), "free_slots": slots,
+                  "buffers": sc.decode.metadata_buffers, "pranks": sc.prefill.ranks,
+                  "retracted": retracted}
+        if raises:  # a list of two would be two outcomes for one input
+            yield focus, (inputs, {"crash": raises[0] if len(raises) == 1 else raises})
+            continue
+        after, streamed, dropped = s, 0, []
+        for i, r in enumerate(order):
+            if BY_NAME["d_prealloc_drop"].enabled(ctx, s, r):
+                dropped.append(i)
+                after, evs = BY_NAME["d_prealloc_drop"].effect(ctx, after, r, ())
+                streamed += sum(1 for e in evs if isinstance(e, ev.Stream))
+        expect = {"crash": None, "dropped": dropped, "streamed": streamed,
+                  "preallocated": BY_NAME["d_prealloc"].enabled(ctx, s, focus),
+                  "rooms": {label[sc.room_id(r)]: _poll(kvm.d_room_of(ctx, after, r).status)
+                            for r in queue}}
+        if expect["preallocated"]:
+            expect["metadata"] = {"frames": len(actions.transport.channels(ctx)),
+                                  "pages": s.d[focus].origin_pages, "pages_were_free": True,
+                                  "slot_was_free": True, "prefix": 0}
+        yield focus, (inputs, expect)
+
+
+def _poll(st) -> Optional[str]:
+    return None if st is None else st.name
 
 
 # one encoder per seam, keyed like the adapter's SEAMS (CCF's one trace
@@ -354,6 +437,9 @@ class Collector:
             got = _decode_commit(Fired(ctx, s, r, "decode", s, ()))
             if got is not None:
                 self._add("decode_commit", "transfer_poll", *got, f"{origin}, gated r{r}")
+        for r, got in prealloc_cases(ctx, s):
+            self._add("decode_prealloc", "pop_preallocated", *got,
+                      f"{origin}, pop_preallocated (r{r} first)")
         self._add_held(ctx, s, origin)
         # a drain ack that can arrive now is counted by the tracker before
         # the holds are judged (d_recv_ack): the holds as the ack leaves them

@@ -118,6 +118,9 @@ def manager(rank: int, deferred: bool):
     mgr._stopped = False
     mgr._worker_threads = []
     mgr.local_ip, mgr.rank_port = _ip(0), _DECODE_PORT
+    # the transfer engine is read only for its session id (0.5.23's
+    # build_receiver_metadata_message); nothing here transfers
+    mgr.engine = types.SimpleNamespace(get_session_id=lambda: "decode-session")
     mgr.sent = []
     mgr._send_multipart_locked = (
         lambda endpoint, frames, is_ipv6=False: mgr.sent.append((endpoint, list(frames))))

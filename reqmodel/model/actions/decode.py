@@ -6,16 +6,16 @@ Releases differ only through ``ctx.release``; docstrings cite the SGLang
 code per release (``a/b/c/d/e`` = lines in 0.5.19/20/21/22/23)."""
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Optional, Tuple
 
 from reqmodel.model.events import (AckRelease, Acquire, Commit, CorruptionAbort, Crash, DoorRetire,
                                    Prealloc, RankRelease, Read, Release, StatusDropped,
                                    poll_key_error)
 from reqmodel.model.actions.core import action, Ctx, Effect, PRANK_ARG, set_d
-from reqmodel.model.actions.kvmanager import (all_ranks, apply_report, d_room_of, notify_abort,
-                                              receiver_clear, layout_tag, receiver_fail,
-                                              receiver_init, receiver_poll, release_safe, room_id,
-                                              set_d_room)
+from reqmodel.model.actions.dpool import page_choices, retracted_reserve, slot_choices
+from reqmodel.model.actions.kvmanager import (all_ranks, apply_report, d_room_of, layout_tag,
+                                              notify_abort, receiver_clear, receiver_init,
+                                              receiver_poll, release_safe, room_id, set_d_room)
 from reqmodel.model.actions.req import run_retire_cleanup, stream_d, validate_intake
 from reqmodel.model.actions.transport import (arriving, channels, consume, prank_args, prank_of,
                                               send)
@@ -61,81 +61,31 @@ def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     return s, (Acquire(r, "decode", "receiver"),)
 
 
+def _scanned(c: Ctx, s: State, r: int) -> bool:
+    """The abort scan drops the entry: the ``prealloc_scan`` guard point, or
+    a Failed poll that the handshake turned into ``prepare_abort`` (only when
+    the handshake polls: 0.5.19 skips it while every entry waits)."""
+    return c.release.prealloc_scan(s.d[r]) or (
+        _handshake_polls(c, s) and receiver_poll(c, s, r) == KVPoll.Failed)
+
+
 def _prealloc_drop(c, s, r):
-    req = s.d[r]
-    return req.stage is DStage.PREALLOC and (
-        c.release.prealloc_scan(req) or receiver_poll(c, s, r) == KVPoll.Failed)
+    return (s.d[r].stage is DStage.PREALLOC and _scanned(c, s, r)
+            and handshake_raises(c, s) is None)
 
 
 @action("decode", guard=_prealloc_drop)
 def d_prealloc_drop(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """D2 ``pop_preallocated`` first loop (dc 1141/1157/1293/1365/1395): an entry
     the ``prealloc_scan`` guard point drops, or whose receiver polled Failed
-    (``prepare_abort``), is streamed and its receiver cleared."""
+    (``prepare_abort``), is streamed and its receiver cleared.  The scan runs
+    after the handshake (dc 19:1094, 23:1347): when that raises, nothing is
+    dropped (``handshake_raises``)."""
     req = s.d[r]
     reason = req.finished_reason if (req.finished_reason and req.finished_reason.is_abort) else ABORT_500
     s = set_d(receiver_clear(c, s, r), r, stage=DStage.GONE, finished_reason=reason,
               has_receiver=False, cache_handle=False, session_slot=False)
     return stream_d(s, r, reason.status)
-
-
-def page_choices(s: State, need: int) -> Iterable[Tuple[int, ...]]:
-    """Every way to take ``need`` free pages, one representative per ordered
-    sequence of page *signatures*: free pages with the same last writer that
-    no stale destination or in-flight metadata names are indistinguishable."""
-    free = s.free_d_pages()
-    if len(free) < need:
-        return ()
-    refs: Dict[int, list] = {p: [] for p in free}
-    for r, room in enumerate(s.rooms):
-        for i, p in enumerate(room.dst or ()):
-            if p in refs:
-                refs[p].append(("dst", r, i))
-    for m in s.net:
-        if m.kind == "metadata":
-            for i, p in enumerate(m.pages):
-                if p in refs:
-                    refs[p].append(("msg", m.rid, i))
-    classes: Dict[Tuple, List[int]] = {}
-    for p in free:
-        classes.setdefault((tuple((w is None, w or 0) for w in s.d_pages[p].writers),
-                            tuple(refs[p])), []).append(p)
-    keys = sorted(classes)
-
-    def build(prefix: Tuple[int, ...], used: Dict[Tuple, int]):
-        if len(prefix) == need:
-            yield prefix
-            return
-        for k in keys:
-            i = used.get(k, 0)
-            if i < len(classes[k]):
-                used[k] = i + 1
-                yield from build(prefix + (classes[k][i],), used)
-                used[k] = i
-    # lazy: the count grows factorially with distinct page classes, and the
-    # Hypothesis engine samples from a bounded prefix of it
-    return build((), {})
-
-
-def slot_choices(s: State) -> Tuple[int, ...]:
-    """One free metadata slot per class of indistinguishable ones.  Decode's
-    allocator hands out slots in the order they were freed (a deque,
-    ``ReqToMetadataIdxAllocator`` ut 19:270-290) and nothing resets a slot at
-    allocation, so a slot a late aux write dirtied after its free is handed
-    out as it is; the model lets any free slot come next."""
-    free = [i for i, sl in enumerate(s.d_slots) if sl.owner is None]
-    refs: Dict[int, list] = {i: [] for i in free}
-    for r, room in enumerate(s.rooms):
-        if room.dst_slot in refs:
-            refs[room.dst_slot].append(("dst", r))
-    for m in s.net:
-        if m.kind == "metadata" and m.slot in refs:
-            refs[m.slot].append(("msg", m.rid, m.rank))
-    seen: Dict[Tuple, int] = {}
-    for i in free:
-        sl = s.d_slots[i]
-        seen.setdefault((repr((sl.room, sl.checksum, sl.covered_pages)), tuple(refs[i])), i)
-    return tuple(sorted(seen.values()))
 
 
 def _prealloc_need(c: Ctx, req: DecodeReq, prefix: int) -> int:
@@ -171,7 +121,23 @@ def _handshake_sees_success(c, s, r):
     req = s.d[r]
     return (req.stage is DStage.PREALLOC and req.has_receiver
             and receiver_poll(c, s, r) in (KVPoll.Transferring, KVPoll.Success)
-            and _handshake_polls(c, s))
+            and handshake_raises(c, s) == "ValueError")
+
+
+def handshake_raises(c: Ctx, s: State) -> Optional[str]:
+    """What ``_update_handshake_waiters`` raises on decode's prealloc queue in
+    ``s``, if it polls: ``poll_and_all_reduce`` polls every receiver first,
+    so a popped room's KeyError (``d_poll_popped_room``) comes before the
+    loop's ValueError (``d_unexpected_poll``)."""
+    if not _handshake_polls(c, s):
+        return None
+    polls = [receiver_poll(c, s, r) for r, d in enumerate(s.d)
+             if d.stage is DStage.PREALLOC and d.has_receiver]
+    if any(p is None for p in polls):
+        return "KeyError"
+    if any(p in (KVPoll.Transferring, KVPoll.Success) for p in polls):
+        return "ValueError"
+    return None
 
 
 @action("decode", guard=_handshake_sees_success, crash=True)
@@ -196,13 +162,15 @@ def _can_prealloc(c, s, r):
     poll (``pop_preallocated`` reads ``waiting_for_input``, dc 19:1183,
     21:1348): on 0.5.19, if its room has since reached Success on decode and
     the handshake skipped its poll, it goes on to the transfer queue, which
-    commits on that Success."""
+    commits on that Success.  Nothing is preallocated when the handshake
+    raises (``handshake_raises``), which ``pop_preallocated`` runs first."""
     req = s.d[r]
-    return (req.stage is DStage.PREALLOC and not _prealloc_drop(c, s, r)
-            and req.receiver_state is KVPoll.WaitingForInput
-            and not _handshake_sees_success(c, s, r) and bool(slot_choices(s))
-            and len(s.free_d_pages()) >= _prealloc_need(c, req, 1 if _radix_hit_possible(c, req)
-                                                        else 0))
+    return (req.stage is DStage.PREALLOC and handshake_raises(c, s) is None
+            and not _scanned(c, s, r) and req.receiver_state is KVPoll.WaitingForInput
+            and bool(slot_choices(s))
+            and len(s.free_d_pages()) - retracted_reserve(s)
+            >= _prealloc_need(c, req, 1 if _radix_hit_possible(c, req) else 0))
+
 
 
 def _radix_hit_possible(c: Ctx, req: DecodeReq) -> bool:
@@ -388,9 +356,15 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 
 def _status_popped(c, s, r):
+    """A transfer-queue entry's poll of a popped room raises at every
+    ``pop_transferred``; a prealloc-queue entry's only when the handshake
+    polls (``handshake_raises``: 0.5.19 skips the poll while every entry waits
+    and none concluded Failed, dc 19:871-879)."""
     req = s.d[r]
-    return (req.stage in (DStage.PREALLOC, DStage.TRANSFER) and req.has_receiver
-            and receiver_poll(c, s, r) is None)
+    if not req.has_receiver or receiver_poll(c, s, r) is not None:
+        return False
+    return req.stage is DStage.TRANSFER or (req.stage is DStage.PREALLOC
+                                            and handshake_raises(c, s) == "KeyError")
 
 
 @action("decode", guard=_status_popped, crash=True)
