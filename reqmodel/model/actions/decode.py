@@ -165,12 +165,12 @@ def _can_prealloc(c, s, r):
     commits on that Success.  Nothing is preallocated when the handshake
     raises (``handshake_raises``), which ``pop_preallocated`` runs first."""
     req = s.d[r]
-    return (req.stage is DStage.PREALLOC and handshake_raises(c, s) is None
-            and not _scanned(c, s, r) and req.receiver_state is KVPoll.WaitingForInput
-            and bool(slot_choices(s))
+    # the cheap tests first: the handshake and slot passes scan the state
+    return (req.stage is DStage.PREALLOC and req.receiver_state is KVPoll.WaitingForInput
             and len(s.free_d_pages()) - retracted_reserve(s)
-            >= _prealloc_need(c, req, 1 if _radix_hit_possible(c, req) else 0))
-
+            >= _prealloc_need(c, req, 1 if _radix_hit_possible(c, req) else 0)
+            and not _scanned(c, s, r) and handshake_raises(c, s) is None
+            and bool(slot_choices(s)))
 
 
 def _radix_hit_possible(c: Ctx, req: DecodeReq) -> bool:
