@@ -520,6 +520,19 @@ class _SocketSpy:
         self.frames.append(list(frames))
 
 
+def _to_socket(sock: _SocketSpy):
+    """Receivers reach the prefill bootstrap servers through ``sock``: what
+    they send (ABORTs, metadata) is kept there."""
+    return mock.patch.object(kvadapter.mc.MooncakeKVReceiver, "_connect_to_bootstrap_server",
+                             lambda self, info: (sock, contextlib.nullcontext()), create=True)
+
+
+def _bootstrap_infos(pranks: int):
+    """A receiver's ``bootstrap_infos``: one prefill rank each."""
+    return [{"rank_ip": f"10.1.0.{p + 1}", "rank_port": 9000 + p, "is_dummy": False}
+            for p in range(pranks)]
+
+
 def metadata_buffers(size: int):
     """Real ``MetadataBuffers`` of ``size`` slots, small rows, with the KV
     checksum column where the release has one."""
@@ -579,9 +592,7 @@ def decode_commit(case: Dict[str, Any]) -> Dict[str, Any]:
     sock = _SocketSpy()
     released = ReleaseSpy()
     free_before = alloc.available_size()
-    with mock.patch.object(dc, "release_kv_cache", released), \
-            mock.patch.object(type(recv), "_connect_to_bootstrap_server",
-                              lambda self, info: (sock, contextlib.nullcontext()), create=True):
+    with mock.patch.object(dc, "release_kv_cache", released), _to_socket(sock):
         done = q.pop_transferred()
         q.resolve_deferred_releases()
     expected = getattr(req, "expected_kv_checksum", None)
@@ -616,8 +627,7 @@ def _transfer_entry(case: Dict[str, Any], deferred: bool = True):
     kvadapter.seed_decode(mgr, {"status": case["status"], "responded": [],
                          "tracker": case["tracker"]}, case["pranks"],
                    (case["tracker"] or {"gen": 0})["gen"] + 1)
-    recv.bootstrap_infos = [{"rank_ip": f"10.1.0.{p + 1}", "rank_port": 9000 + p}
-                            for p in range(case["pranks"])]
+    recv.bootstrap_infos = _bootstrap_infos(case["pranks"])
     recv.init_time = 1.0
     req = make_req("r", case["req"]["tokens"], kvadapter.ROOM, host="10.1.0.1")
     shape(req, case["req"])
@@ -706,12 +716,13 @@ def deferred_release(case: Dict[str, Any]) -> Dict[str, Any]:
                        tracker=kvadapter.ROOM in mgr._deferred_abort_ack_tracker)
     return {"ranks": out}
 
+
 # -------------------------------------------------- decode's prealloc scan (D2)
 
 _PAGE = 16  # tokens per page, as cases.PAGE
 
 
-def _prealloc_pools(q, case: Dict[str, Any]) -> Dict[int, int]:
+def _prealloc_pools(q, case: Dict[str, Any]) -> None:
     """Real pools behind the queue: a ``ReqToTokenPool`` and a paged
     ``PagedTokenToKVPoolAllocator`` of the model's page size whose free list
     holds exactly the model's free pages (model page ``p`` is the real page
@@ -730,7 +741,6 @@ def _prealloc_pools(q, case: Dict[str, Any]) -> Dict[int, int]:
     q.token_to_kv_pool_allocator = alloc
     slots = q.req_to_metadata_buffer_idx_allocator
     slots.free_slots = collections.deque(case["free_slots"])
-    return {p + 1: p for p in range(case["pool_pages"])}
 
 
 class _NaiveExtend:
@@ -769,7 +779,7 @@ def decode_prealloc(case: Dict[str, Any]) -> Dict[str, Any]:
     s.enable_lora = False
     s.server_args = types.SimpleNamespace(disaggregation_decode_enable_radix_cache=False)
     q = decode_queue(s, case["buffers"])
-    page_of = _prealloc_pools(q, case)
+    _prealloc_pools(q, case)
     q.num_reserved_decode_tokens = 0  # --num-reserved-decode-tokens 0
     q._prefill_dp_rank_queries = {}
     q.held_rebootstrap_reqs = []
@@ -787,8 +797,7 @@ def decode_prealloc(case: Dict[str, Any]) -> Dict[str, Any]:
     dreqs = []
     for i, e in enumerate(case["entries"]):
         recv = room_receiver_on(mgr, room_of(e["room"]))
-        recv.bootstrap_infos = [{"rank_ip": f"10.1.0.{p + 1}", "rank_port": 9000 + p,
-                                 "is_dummy": False} for p in range(case["pranks"])]
+        recv.bootstrap_infos = _bootstrap_infos(case["pranks"])
         recv.session_id = "decode-session"
         recv.required_dst_info_num = 1
         recv.init_time = time.time()
@@ -809,10 +818,7 @@ def decode_prealloc(case: Dict[str, Any]) -> Dict[str, Any]:
     naive = (contextlib.nullcontext() if hasattr(q.token_to_kv_pool_allocator, "use_triton_kernels")
              else mock.patch.object(paged, "alloc_extend_kernel", _NaiveExtend()))
     try:
-        with naive, mock.patch.object(kvadapter.mc.MooncakeKVReceiver,
-                                      "_connect_to_bootstrap_server",
-                                      lambda self, info: (sock, contextlib.nullcontext()),
-                                      create=True):
+        with naive, _to_socket(sock):
             done, failed = q.pop_preallocated()
     except KeyError:  # check_status of a popped room, in the handshake's poll
         return {"crash": "KeyError"}
@@ -828,7 +834,7 @@ def decode_prealloc(case: Dict[str, Any]) -> Dict[str, Any]:
     if focus in done:
         import numpy as np
         frames = [f for f in sock.frames if f[0] == str(focus.req.bootstrap_room).encode()]
-        pages = [[page_of.get(int(p)) for p in np.frombuffer(f[4], dtype=np.int32)]
+        pages = [[int(p) - 1 for p in np.frombuffer(f[4], dtype=np.int32)]  # model pages
                  for f in frames]
         out["metadata"] = {
             "frames": len(frames), "pages": len(pages[0]) if pages else 0,
@@ -838,6 +844,7 @@ def decode_prealloc(case: Dict[str, Any]) -> Dict[str, Any]:
             and focus.metadata_buffer_index in slots_before,
             "prefix": max((int(f[8]) for f in frames), default=0)}
     return out
+
 
 SEAMS = {"intake": intake, "prefill_door": prefill_door, "decode_door": decode_door,
          "prefill_result": prefill_result, "prefill_inflight": prefill_inflight,

@@ -202,8 +202,7 @@ def _decode_commit(f: Fired):
     room, after = actions.kvmanager.d_room_of(c, s, r), actions.kvmanager.d_room_of(c, f.nxt, r)
     latched = pre.receiver_state if pre.receiver_state in (KVPoll.Success, KVPoll.Failed) else None
     inputs = {"req": _req(pre, holds_kv=True, holds_metadata=False, retraction_backup=False),
-              "status": None if room.status is None else room.status.name,
-              "latched": None if latched is None else latched.name,
+              "status": kvcases.poll_name(room.status), "latched": kvcases.poll_name(latched),
               "slot_room": ("own" if slot.room == sc.room_id(r)
                             else "none" if slot.room == 0 else "other"),
               "slot_checksum": slot.checksum is not None,
@@ -256,7 +255,7 @@ def deferred_release_cases(ctx: Ctx, s, r: int) -> Iterable[Tuple[str, Tuple[dic
     room = kvm.d_room_of(ctx, s, r)
     ranks = range(sc.decode.ranks)
     inputs = {"req": _req(pre, holds_kv=True, holds_metadata=False, retraction_backup=False),
-              "status": _poll(room.status), "held": sorted(pre.held),
+              "status": kvcases.poll_name(room.status), "held": sorted(pre.held),
               "trackers": [kvcases.tracker_of(room, k) for k in ranks],
               "pranks": sc.prefill.ranks, "buffers": sc.decode.metadata_buffers}
     for how, (nxt, _) in (("resolve", actions.decode.resolve_held(ctx, s, r)),
@@ -269,7 +268,7 @@ def deferred_release_cases(ctx: Ctx, s, r: int) -> Iterable[Tuple[str, Tuple[dic
             got = {"held": k in still, "kv_released": int(let_go),
                    "buffer_freed": int(let_go and pre.meta_slot >= 0)}
             if not still:
-                got.update(status=_poll(after.status),
+                got.update(status=kvcases.poll_name(after.status),
                            tracker=kvcases.tracker_of(after, k) is not None)
             per_rank.append(got)
         yield how, (dict(inputs, expired=how == "timeout"), {"ranks": per_rank})
@@ -298,10 +297,8 @@ def prealloc_cases(ctx: Ctx, s) -> Iterable[Tuple[int, Tuple[dict, dict]]]:
     kvm = actions.kvmanager
     rooms = sorted({sc.room_id(r) for r in queue})
     label = {room: str(i) for i, room in enumerate(rooms)}
-    status = {}
-    for r in queue:
-        st = kvm.d_room_of(ctx, s, r).status
-        status[label[sc.room_id(r)]] = None if st is None else st.name
+    status = {label[sc.room_id(r)]: kvcases.poll_name(kvm.d_room_of(ctx, s, r).status)
+              for r in queue}
     slots = [i for i, sl in enumerate(s.d_slots) if sl.owner is None]
     retracted = [tokens(s.d[r].origin_pages) for r in range(sc.n)
                  if s.d[r].stage is DStage.RETRACTED]
@@ -317,7 +314,7 @@ def prealloc_cases(ctx: Ctx, s) -> Iterable[Tuple[int, Tuple[dict, dict]]]:
             entries.append({"tokens": tokens(d.origin_pages), "to_finish": kind(d.to_finish),
                             "finished_reason": kind(d.finished_reason),
                             "waiting": d.receiver_state is KVPoll.WaitingForInput,
-                            "latched": None if latched is None else latched.name,
+                            "latched": kvcases.poll_name(latched),
                             "room": label[sc.room_id(r)]})
         inputs = {"entries": entries, "rooms": status, "pool_pages": sc.decode.pool_pages,
                   "free_pages": list(s.free_d_pages()), "free_slots": slots,
@@ -334,17 +331,14 @@ def prealloc_cases(ctx: Ctx, s) -> Iterable[Tuple[int, Tuple[dict, dict]]]:
                 streamed += sum(1 for e in evs if isinstance(e, ev.Stream))
         expect = {"crash": None, "dropped": dropped, "streamed": streamed,
                   "preallocated": BY_NAME["d_prealloc"].enabled(ctx, s, focus),
-                  "rooms": {label[sc.room_id(r)]: _poll(kvm.d_room_of(ctx, after, r).status)
+                  "rooms": {label[sc.room_id(r)]:
+                            kvcases.poll_name(kvm.d_room_of(ctx, after, r).status)
                             for r in queue}}
         if expect["preallocated"]:
             expect["metadata"] = {"frames": len(actions.transport.channels(ctx)),
                                   "pages": s.d[focus].origin_pages, "pages_were_free": True,
                                   "slot_was_free": True, "prefix": 0}
         yield focus, (inputs, expect)
-
-
-def _poll(st) -> Optional[str]:
-    return None if st is None else st.name
 
 
 # one encoder per seam, keyed like the adapter's SEAMS (CCF's one trace
@@ -559,7 +553,7 @@ def room_cases(release: Release) -> List[Case]:
     ctx = Ctx(release=release, scenario=sc)
     base = actions.core.set_d(actions.initial_state(sc), 0, has_receiver=True, receiver_state=None,
                          stage=DStage.TRANSFER)
-    name = lambda st: None if st is None else st.name  # noqa: E731
+    name = kvcases.poll_name
     out = []
     for prior in (None,) + tuple(KVPoll):
         s = actions.kvmanager.set_d_room(ctx, base, 0, status=prior)

@@ -45,7 +45,7 @@ from reqmodel.model.state import DRoom, KVPoll, Msg, MsgKind, replace, Room, Sta
 Prediction = Tuple[str, str, dict, dict]  # (seam, helper, inputs, expect)
 
 
-def _name(poll: Optional[KVPoll]) -> Optional[str]:
+def poll_name(poll: Optional[KVPoll]) -> Optional[str]:
     return None if poll is None else poll.name
 
 
@@ -53,7 +53,7 @@ def _room_in(room: Room) -> dict:
     """A prefill record as the worker seeds it.  ``ack_to`` keeps its order:
     on 0.5.21 the first entry is the registered target and the rest the
     ``transfer_infos`` snapshot taken with it."""
-    return {"status": _name(room.status), "failure_record": room.failure_record,
+    return {"status": poll_name(room.status), "failure_record": room.failure_record,
             "peers": None if room.dst is None else list(room.peers),
             "ack_to": [[k, g] for k, g, _ in room.ack_to], "poisoned": room.poisoned,
             "outstanding": room.outstanding}
@@ -64,12 +64,12 @@ def _room_out(c: Ctx, room: Room, s: State, reports: bool = False) -> dict:
     acks it sent (on a state whose network was empty); for a conclusion
     also the status reports, where ``conclude_transfer`` makes them (0.5.19's
     worker sends them inline, a path this seam does not drive)."""
-    out = {"status": _name(room.status), "failure_record": room.failure_record,
+    out = {"status": poll_name(room.status), "failure_record": room.failure_record,
             "transfer_infos": room.dst is not None,
             "ack_to": sorted({(k, g) for k, g, _ in room.ack_to}),
             "poisoned": room.poisoned, "outstanding": room.outstanding,
             "acks": sorted((m.rank, m.prank, m.gen) for m in s.net if m.kind == "ack"),
-            "reports": sorted({_name(m.poll) for m in s.net if m.kind == "status"})}
+            "reports": sorted({poll_name(m.poll) for m in s.net if m.kind == "status"})}
     if not (reports and c.release.conclude_transfer):
         del out["reports"]
     return out
@@ -85,7 +85,7 @@ def tracker_of(t: DRoom, k: int) -> Optional[dict]:
 def _d_room_in(t: DRoom, k: int) -> dict:
     """Decode rank k's record of the room, as the worker seeds it and as it
     reads it back."""
-    return {"status": _name(t.status), "responded": sorted({q for q, _ in t.responded}),
+    return {"status": poll_name(t.status), "responded": sorted({q for q, _ in t.responded}),
             "tracker": tracker_of(t, k)}
 
 
@@ -184,7 +184,7 @@ def room_key(c: Ctx, s: State, r: int) -> Tuple:
     record seen before (under the same configuration) is skipped: most
     states differ elsewhere."""
     slot = s.room_slot(r)
-    msgs = tuple(sorted((m.kind, m.rank, m.prank, m.gen, _name(m.poll)) for m in s.net
+    msgs = tuple(sorted((m.kind, m.rank, m.prank, m.gen, poll_name(m.poll)) for m in s.net
                         if m.kind in ("abort", "ack", "status") and s.room_slot(m.rid) == slot))
     sc = c.scenario
     return (sc.prefill.ranks, sc.decode.ranks, c.deferred,
