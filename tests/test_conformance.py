@@ -359,3 +359,65 @@ def test_shared_explorations_give_the_same_cases():
     shared = cases_mod.from_builtin(rel, names, states_of=shared_states("0.5.21"))
     assert list(own.cases.values()) == list(shared.cases.values())
 
+
+
+# ----------------------------------------------- whole traces (conform --trace)
+
+INCIDENT = "counterexamples/0.5.19/no-foreign-kv-read-incident.itf.json"
+
+
+@functools.lru_cache(maxsize=None)
+def incident_on(rel):
+    from reqmodel.conform import traces
+    return traces.run(ROOT, [INCIDENT], releases.get(rel))[0]
+
+
+def test_the_incident_reproduces_on_the_real_0_5_19_code():
+    """All 29 steps on one set of real objects, and decode's attended pages
+    hold request 1's bytes, moved there by Mooncake's own send_kvcache."""
+    got = incident_on("0.5.19")
+    assert got.reproduced and got.divergence is None
+    assert got.replayed == got.steps == 29
+
+
+@pytest.mark.parametrize("rel,step,action", [("0.5.20", 24, "p_result"),
+                                             ("0.5.21", 5, "p_door"),
+                                             ("0.5.22", 5, "p_door"),
+                                             ("0.5.23", 5, "p_door")])
+def test_the_incident_diverges_where_each_fix_landed(rel, step, action):
+    """0.5.20 retires the stub when its result comes back; from 0.5.21 the
+    door retires it: the real request is gone, answered 400, where the
+    0.5.19 model keeps it."""
+    got = incident_on(rel)
+    assert not got.reproduced
+    d = got.divergence
+    assert (d["why"], d["step"], d["action"], d["rid"]) == ("state", step, action, 0)
+    assert d["differs"]["p[0].stage"]["real"] == "gone"
+    assert d["differs"]["p[0].answer"] == {"model": None, "real": 400}
+
+
+@functools.lru_cache(maxsize=None)
+def corpus_on_own_release():
+    import glob
+    from reqmodel.conform import traces
+    return traces.run(ROOT, sorted(glob.glob("counterexamples/0.5.*/*.itf.json")))
+
+
+def test_no_corpus_trace_departs_from_its_own_release_code():
+    """Every corpus trace, on its own release's code: a step the rig drives
+    never departs from the model (state, exception or a step the real code
+    cannot take); the rest stop at a step or configuration the rig does not
+    drive yet, or agree to the end."""
+    results = corpus_on_own_release()
+    bad = [(r.trace, r.divergence) for r in results
+           if r.divergence and r.divergence["why"] in ("state", "error", "cannot-step")]
+    assert not bad, bad[:3]
+    assert all(r.reproduced or r.divergence["why"] in ("not-driven", "unread")
+               for r in results)
+
+
+def test_every_no_foreign_kv_read_trace_the_rig_drives_reproduces():
+    results = [r for r in corpus_on_own_release() if "/no-foreign-kv-read-" in r.trace]
+    driven = [r for r in results if r.divergence is None or r.divergence["why"] != "not-driven"]
+    assert len(driven) >= 5
+    assert all(r.reproduced for r in driven), [r.trace for r in driven if not r.reproduced]

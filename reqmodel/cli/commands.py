@@ -14,6 +14,7 @@ from typing import List, Optional, Tuple
 import click
 from rich.console import Console
 from rich.table import Table
+from rich.markup import escape
 
 from reqmodel.model import properties as props_mod
 from reqmodel.model import releases as rel_mod
@@ -575,7 +576,13 @@ def releases_cmd() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--show", "show", type=click.IntRange(min=0), default=5, show_default=True,
               help="Mismatches printed per release, side by side.")
-def conform_cmd(release, model_release, do_setup, root, target, as_json, show) -> None:
+@click.option("--trace", "trace_files", multiple=True, type=click.Path(dir_okay=False),
+              help="Replay this whole counterexample (ITF) on one set of real objects, step "
+                   "by step; repeatable. Runs on the trace's own release unless --release "
+                   "is given.")
+@click.pass_context
+def conform_cmd(ctx, release, model_release, do_setup, root, target, as_json, show,
+                trace_files) -> None:
     """Replay the model's seam steps against the real released SGLang code.
 
     Cases are the model's own transitions at the doors and at intake (every
@@ -595,6 +602,11 @@ def conform_cmd(release, model_release, do_setup, root, target, as_json, show) -
                           step=lambda msg: bar.update(task, description=msg))
         click.echo(f"conformance environment ready in {root_path} for "
                    f"{', '.join(r.name for r in rels)}")
+        return
+    if trace_files:
+        explicit = (ctx.get_parameter_source("release")
+                    is not click.core.ParameterSource.DEFAULT)
+        _conform_traces(root_path, list(trace_files), rels if explicit else [None], as_json)
         return
     outcomes = []
     for rel in rels:
@@ -628,6 +640,42 @@ def conform_cmd(release, model_release, do_setup, root, target, as_json, show) -
                 console.print(side)
     if any(o.mismatches for o in outcomes):
         sys.exit(1)
+
+
+def _conform_traces(root, paths, rels, as_json) -> None:
+    from reqmodel.conform import traces
+    results = []
+    for rel in rels:
+        results.extend(traces.run(root, paths, rel))
+    if as_json:
+        click.echo(json.dumps({"results": [r.as_json() for r in results]}, indent=1))
+        return
+    console = _console()
+    table = Table(title="whole traces on the real code")
+    for col in ("release (code)", "trace", "steps", "agreed", "reproduced", "stopped at"):
+        table.add_column(col)
+    for r in results:
+        d = r.divergence or {}
+        where = "" if not d else (f"step {d['step']} {d.get('action') or ''} r{d.get('rid')}: "
+                                  f"{d['why']}" if d.get("action") else d.get("detail", ""))
+        table.add_row(r.release, escape(pathlib.Path(r.trace).name), str(r.steps),
+                      str(r.replayed), "[bold red]yes[/]" if r.reproduced else "no",
+                      escape(where))
+    console.print(table)
+    for r in results:
+        d = r.divergence or {}
+        if d.get("why") == "state":
+            console.print(f"[bold]{r.release}[/] {escape(pathlib.Path(r.trace).name)}: step "
+                          f"{d['step']} ({d['action']} r{d['rid']}) departs from the model")
+            side = Table(show_header=True, box=None, padding=(0, 2))
+            for col in ("observable", "model", "real code"):
+                side.add_column(col)
+            for k, v in d["differs"].items():
+                side.add_row(k, escape(str(v["model"])), escape(str(v["real"])))
+            console.print(side)
+        elif d.get("detail") and d.get("why") in ("error", "cannot-step"):
+            console.print(f"[bold]{r.release}[/] {escape(pathlib.Path(r.trace).name)}: step "
+                          f"{d['step']}: {escape(d['detail'])}")
 
 
 def main(argv: Optional[List[str]] = None) -> None:

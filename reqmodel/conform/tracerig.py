@@ -1,0 +1,804 @@
+"""Replay a whole counterexample on one released wheel: one set of real
+objects that persist across the trace's steps (``reqmodel conform --trace``).
+
+Runs in the conformance worker beside ``adapter.py``.  One prefill rank and
+one decode rank, each with its real scheduler parts and Mooncake KV manager:
+
+- prefill: ``PrefillBootstrapQueue`` (its door, ``create_sender`` making real
+  ``MooncakeKVSender``s, ``pop_bootstrapped``), the prefill mixin on an empty
+  subclass (``process_batch_result_disagg_prefill`` with its real
+  ``send_kv_chunk``, ``process_disagg_prefill_inflight_queue``), a real
+  ``ReqToTokenPool`` and paged allocator, real ``MetadataBuffers``, and the
+  manager's own ``bootstrap_thread`` and ``transfer_worker``;
+- decode: ``DecodePreallocQueue`` (door, receivers, ``pop_preallocated`` on
+  a real request pool and paged allocator), ``DecodeTransferQueue``
+  (``pop_transferred``, the commit, deferred release), real
+  ``MetadataBuffers`` and the manager's own ``decode_thread``.
+
+The KV pools are real tensors, one layer of K and V with one int64 per token:
+a prefill forward writes ``rid + 1`` into every token row it computes, and
+the transfer engine is replaced at its byte boundary by a ``memmove`` of the
+ranges Mooncake's real ``send_kvcache`` and ``send_aux`` compute
+(``batch_transfer_sync(session, src, dst, lengths)``).  So a decode page
+remembers which request wrote it last, because it holds that request's bytes.
+
+Sockets are in-process: what a receiver sends to the prefill bootstrap
+server (KV-args registration, metadata, ABORT) lands in prefill's inbox and
+what prefill's manager sends to decode (status reports, ABORT_ACKs) lands in
+decode's; a step that receives a message runs the release's own thread body
+on exactly that message.  The transfer worker is a real thread held at two
+gates: ``xfer_dequeue`` lets it take one chunk (its status check runs),
+``xfer_write`` lets its engine calls through and waits until it is back at
+the queue.
+
+Glue, the only behaviour written here (each a few lines of the scheduler the
+seams do not reach): the forward (pages allocated with the real allocator,
+rows written), ``waiting_queue.extend(pop_bootstrapped())``,
+``transfer_queue.extend(pop_preallocated())``, the prebuilt batch (D4: the
+decode forward reads the pages) and the decode step's finish
+(``to_finish`` or length, stream, free the pages).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import ctypes
+import threading
+import time
+import types
+from typing import Any, Dict, List, Optional
+from unittest import mock
+
+import torch
+
+import adapter
+import kvadapter
+from adapter import dc, du, pf, sb, mu
+from kvadapter import mc
+
+PAGE = 16
+_ROOM0 = 1000
+_P_IP, _P_PORT = "10.1.0.1", 9000
+_D_IP, _D_PORT = "10.0.0.1", 17000
+_ADDR = f"{_P_IP}:{adapter.BOOTSTRAP_PORT}"
+_WAIT = 10.0
+
+
+class _Closed(BaseException):
+    """Ends the transfer worker thread when its replay is over."""
+
+
+class Diverged(Exception):
+    """The real code cannot take the step the trace takes."""
+
+
+def _kind(reason) -> Optional[str]:
+    return adapter.kind(reason)
+
+
+def _status(reason) -> int:
+    if isinstance(reason, sb.FINISH_ABORT):
+        return int(getattr(reason, "status_code", None) or 500)
+    return 200
+
+
+# ------------------------------------------------------------- the KV pools
+
+class Pool:
+    """A real request pool, paged allocator and a one-layer K/V tensor pair
+    with one int64 per token row (the row's value: last writer rid + 1)."""
+
+    def __init__(self, pages: int, reqs: int, free_pages: Optional[List[int]] = None):
+        from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
+        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
+        self.pages = pages
+        self.req_to_token_pool = ReqToTokenPool(size=reqs + 1, max_context_len=(pages + 1) * PAGE,
+                                                device="cpu", enable_memory_saver=False)
+        self.allocator = PagedTokenToKVPoolAllocator(size=pages * PAGE, page_size=PAGE,
+                                                     dtype=torch.float32, device="cpu",
+                                                     kvcache=None, need_sort=False)
+        if free_pages is not None:  # model page p is real page p + 1
+            self.allocator.free_pages = torch.tensor([p + 1 for p in free_pages],
+                                                     dtype=torch.int64)
+        self.k = torch.zeros((pages + 1) * PAGE, dtype=torch.int64)
+        self.v = torch.zeros((pages + 1) * PAGE, dtype=torch.int64)
+
+    def kv_args(self):
+        item = PAGE * self.k.element_size()  # bytes of one page of one layer
+        return dict(kv_data_ptrs=[self.k.data_ptr(), self.v.data_ptr()],
+                    kv_data_lens=[self.k.nbytes, self.v.nbytes], kv_item_lens=[item, item])
+
+    def writer(self, model_page: int) -> Optional[int]:
+        v = int(self.k[(model_page + 1) * PAGE])
+        return None if v == 0 else v - 1
+
+    def model_pages(self, req) -> List[int]:
+        idx = req.kv.req_pool_idx if hasattr(req, "kv") else req.req_pool_idx
+        if idx is None:
+            return []
+        n = -(-len(req.origin_input_ids) // PAGE) * PAGE
+        rows = self.req_to_token_pool.req_to_token[idx, :n:PAGE]
+        return [int(t) // PAGE - 1 for t in rows if int(t) > 0]
+
+
+def _naive_extend(allocator):
+    from sglang.srt.mem_cache.allocator import paged
+    if hasattr(allocator, "use_triton_kernels"):
+        return contextlib.nullcontext()
+    return mock.patch.object(paged, "alloc_extend_kernel", adapter._NaiveExtend())
+
+
+# --------------------------------------------------------- the transfer gate
+
+class Gate:
+    """The prefill transfer worker's queue and engine, as two gates the rig
+    opens: ``dequeue`` lets the worker take one chunk, ``write`` lets the
+    engine calls of that chunk through."""
+
+    def __init__(self):
+        self.cv = threading.Condition()
+        self.items: List[Any] = []
+        self.permits = 0
+        self.open = False
+        self.where = "start"  # "get" (waiting at the queue), "engine", "busy"
+        self.error: Optional[BaseException] = None
+        self.closed = False
+
+    # the queue side, called by the worker thread
+    def put(self, item):
+        with self.cv:
+            self.items.append(item)
+            self.cv.notify_all()
+
+    def get(self):
+        with self.cv:
+            self.where = "get"
+            self.cv.notify_all()
+            while not (self.permits and self.items) and not self.closed:
+                self.cv.wait()
+            if self.closed:
+                raise _Closed
+            self.permits -= 1
+            self.where = "busy"
+            return self.items.pop(0)
+
+    def empty(self):
+        with self.cv:
+            return not self.items
+
+    def qsize(self):
+        with self.cv:
+            return len(self.items)
+
+    # the engine side
+    def engine_call(self):
+        with self.cv:
+            self.where = "engine"
+            self.cv.notify_all()
+            while not self.open and not self.closed:
+                self.cv.wait()
+            if self.closed:
+                raise _Closed
+            self.where = "busy"
+
+    def close(self):
+        with self.cv:
+            self.closed = True
+            self.cv.notify_all()
+
+    def _wait_for(self, pred):
+        deadline = time.monotonic() + _WAIT
+        with self.cv:
+            while not pred():
+                left = deadline - time.monotonic()
+                if left <= 0 or self.error is not None:
+                    break
+                self.cv.wait(left)
+        if self.error is not None:
+            raise self.error
+        if not pred():
+            raise RuntimeError(f"the transfer worker did not come back (at {self.where})")
+
+    def dequeue(self):
+        with self.cv:
+            if not self.items:
+                raise Diverged("the transfer queue is empty")
+            self.permits += 1
+            self.open = False
+            self.cv.notify_all()
+        self._wait_for(lambda: self.permits == 0 and self.where in ("get", "engine"))
+
+    def write(self):
+        with self.cv:
+            self.open = True
+            self.cv.notify_all()
+        self._wait_for(lambda: self.where == "get")
+        with self.cv:
+            self.open = False
+
+
+class Engine:
+    """Mooncake's transfer engine at its byte boundary: each block is a
+    ``memmove`` between the two processes' (here: one process's) buffers."""
+
+    def __init__(self, gate: Gate):
+        self.gate = gate
+        self.writes: List[tuple] = []
+
+    def get_session_id(self):
+        return f"{_P_IP}:{_P_PORT}"
+
+    def batch_transfer_sync(self, session_id, src, dst, lengths):
+        self.gate.engine_call()
+        for s, d, n in zip(src, dst, lengths):
+            ctypes.memmove(int(d), int(s), int(n))
+            self.writes.append((int(s), int(d), int(n)))
+        return 0
+
+    def transfer_sync(self, session_id, src, dst, length):
+        return self.batch_transfer_sync(session_id, [src], [dst], [length])
+
+
+# ------------------------------------------------------------------ managers
+
+def _kv_args(pool: Pool, meta) -> types.SimpleNamespace:
+    aux_ptrs, aux_lens, aux_items = meta.get_buf_infos()[:3]
+    return types.SimpleNamespace(
+        **pool.kv_args(), aux_data_ptrs=aux_ptrs, aux_data_lens=aux_lens,
+        aux_item_lens=aux_items, state_data_ptrs=[], state_data_lens=[],
+        state_item_lens=[], state_type="none", state_types=[], state_layer_ids=[],
+        state_dim_per_tensor=[], kv_layer_ids=[0, 0], prefill_start_layer=0,
+        prefill_end_layer=None, mla_compression_ratios=None, engine_rank=0,
+        page_size=PAGE, kv_head_num=1, total_kv_head_num=1, ib_device=None,
+        gpu_id=0, decode_tp_size=1, prefill_pp_size=1, pp_rank=0, system_dp_rank=0,
+        kv_checksum_enabled=False)
+
+
+def _manager(rank_ip: str, rank_port: int, pool: Pool, meta, engine, deferred: bool,
+             mode):
+    mgr = kvadapter.manager(0, deferred)
+    mgr.local_ip, mgr.rank_port = rank_ip, rank_port
+    mgr.kv_args = _kv_args(pool, meta)
+    mgr.engine = engine
+    mgr.disaggregation_mode = mode
+    mgr.is_mla_backend = False
+    mgr.is_hybrid_mla_backend = False
+    mgr.enable_trace = False
+    mgr.enable_custom_mem_pool = False
+    mgr.custom_mem_pool_type = None
+    mgr.attn_tp_size, mgr.attn_dp_rank, mgr.attn_dp_size = 1, 0, 1
+    mgr.dp_size = 1
+    mgr.dcp_size, mgr.dcp_rank = 1, 0
+    mgr.is_dummy_cp_rank = False
+    mgr.enable_all_cp_ranks_for_transfer = False
+    mgr.bootstrap_port = adapter.BOOTSTRAP_PORT
+    mgr.session_lock = threading.Lock()
+    mgr.failed_sessions = set()
+    mgr.session_failures = __import__("collections").defaultdict(int)
+    mgr.decode_kv_args_table = {}
+    mgr.connection_pool = {}
+    mgr.connection_lock = threading.Lock()
+    mgr.prefill_info_table = {}
+    mgr.heartbeat_failures = {}
+    mgr.heartbeat_interval = 5.0
+    mgr.max_failures = 3
+    mgr.bootstrap_timeout = 300.0
+    mgr.waiting_timeout = 300.0
+    mgr.kv_checksum_enabled = False
+    # bookkeeping the constructors of later releases add, at their defaults
+    mgr.state_layout_rejections = {}
+    mgr.state_strides_validated = set()
+    mgr.failed_session_probes = {}
+    mgr._dcp_pack_max_tokens = None
+    mgr._dcp_pack_buffers = None
+    mgr.kv_item_lens_sum = sum(mgr.kv_args.kv_item_lens)
+    mgr.state_item_lens_sum = 0
+    mgr._kv_replica_factor = 1  # not MLA
+    if hasattr(mc.envs, "SGLANG_MOONCAKE_MAX_TRANSFER_BATCH_INDICES"):  # 0.5.20+
+        mgr.max_transfer_batch_indices = mc.envs.SGLANG_MOONCAKE_MAX_TRANSFER_BATCH_INDICES.get()
+    return mgr
+
+
+# ---------------------------------------------------------------- the rig
+
+class Rig:
+    """The persistent real objects of one trace replay."""
+
+    def __init__(self, cfg: Dict[str, Any]):
+        self.cfg = cfg
+        self.n = cfg["n"]
+        self.rooms = [_ROOM0 + k for k in cfg["room_of"]]
+        self.stack = contextlib.ExitStack()
+        self.p_req: List[Any] = [None] * self.n
+        self.d_req: List[Any] = [None] * self.n
+        # the status of each request's first final stream_output, per side
+        self.p_answer: List[Optional[int]] = [None] * self.n
+        self.d_answer: List[Optional[int]] = [None] * self.n
+        # whether each side's intake rejected the request (validate_input_length)
+        self.p_rejected = [False] * self.n
+        self.d_rejected = [False] * self.n
+        self.p_waiting: List[Any] = []
+        self.p_forwarded: List[Any] = []
+        self.d_waiting: List[Any] = []
+        self.d_running: List[Any] = []
+        self.d_gone: set = set()
+        self.p_inbox: List[List[bytes]] = []
+        self.d_inbox: List[List[bytes]] = []
+        self._prefill(cfg)
+        self._decode(cfg)
+        self._worker()
+
+    # ---------------------------------------------------------------- setup
+    def _stream_spy(self, answers: List[Optional[int]], side: str):
+        def stream_output(reqs, *args, **kwargs):
+            for req in reqs:
+                r = self._rid_of(req, side)
+                if r is not None and req.finished() and answers[r] is None:
+                    answers[r] = _status(req.finished_reason)
+        return types.SimpleNamespace(stream_output=stream_output)
+
+    def _rid_of(self, req, side: str) -> Optional[int]:
+        reqs = self.p_req if side == "p" else self.d_req
+        return next((r for r, x in enumerate(reqs) if x is req), None)
+
+    def _prefill(self, cfg):
+        p = cfg["prefill"]
+        self.p_pool = Pool(p["pool_pages"], self.n)
+        self.gate = Gate()
+        self.engine = Engine(self.gate)
+        self.p_meta = adapter.metadata_buffers(p["metadata_buffers"])
+        self.p_mgr = _manager(_P_IP, _P_PORT, self.p_pool, self.p_meta, self.engine,
+                              cfg["deferred"], du.DisaggregationMode.PREFILL)
+        self.p_mgr.transfer_queues = [self.gate]
+        s = adapter.result_scheduler(p["metadata_buffers"])
+        s.output_streamer = self._stream_spy(self.p_answer, "p")
+        s.req_to_token_pool = self.p_pool.req_to_token_pool
+        s.token_to_kv_pool_allocator = self.p_pool.allocator
+        s.disagg_metadata_buffers = self.p_meta
+        s.enable_staging = False
+        s.kv_checksum_computer = None  # --disaggregation-enable-kv-checksum off
+        s.send_kv_chunk = types.MethodType(pf.SchedulerDisaggregationPrefillMixin.send_kv_chunk, s)
+        real = getattr(adapter.sch.Scheduler, "retire_unadmitted_request", None)
+        if real is not None:  # the door calls it on its scheduler
+            s.retire_unadmitted_request = types.MethodType(real, s)
+        q = s.disagg_prefill_bootstrap_queue
+        q.scheduler = s
+        q.kv_manager = self.p_mgr
+        q.transfer_backend = du.TransferBackend.MOONCAKE
+        q.max_total_num_tokens = p["pool_pages"] * PAGE  # the allocator's size
+        q.max_input_len = (p["intake_limit_pages"] - 1) * PAGE + 2
+        q.metadata_buffers = self.p_meta
+        q.token_to_kv_pool = types.SimpleNamespace(page_size=PAGE)
+        self.released_p = []
+        self.p_sched = s
+
+    def _decode(self, cfg):
+        d = cfg["decode"]
+        self.d_pool = Pool(d["pool_pages"], self.n)
+        self.d_meta = adapter.metadata_buffers(d["metadata_buffers"])
+        self.d_mgr = _manager(_D_IP, _D_PORT, self.d_pool, self.d_meta, self.engine,
+                              cfg["deferred"], du.DisaggregationMode.DECODE)
+        self.d_mgr.engine = types.SimpleNamespace(get_session_id=lambda: f"{_D_IP}:{_D_PORT}")
+        self.d_mgr.prefill_info_table[_ADDR] = types.SimpleNamespace(
+            target_tp_rank=0, target_tp_ranks=[0], target_cp_ranks=[0], target_pp_ranks=[0],
+            required_dst_info_num=1, required_prefill_response_num=1, attn_tp_size=1,
+            attn_cp_size=1, dp_size=1, pp_size=1, is_dummy=False,
+            # 0.5.22+ checks both roles run one policy; the default on both
+            decode_allocation_policy=_default_allocation_policy())
+        s = adapter.door_scheduler()
+        s.output_streamer = self._stream_spy(self.d_answer, "d")
+        s.running_batch = types.SimpleNamespace(reqs=[])
+        s.waiting_queue = []
+        s.last_batch = None
+        s.enable_priority_scheduling = False
+        s.enable_decode_hicache = False
+        s.enable_lora = False
+        s.server_args = types.SimpleNamespace(disaggregation_decode_enable_radix_cache=False)
+        s.metrics_reporter = types.SimpleNamespace(enable_metrics=False)
+        s.batch_result_processor = mock.MagicMock()
+        s.spec_algorithm = types.SimpleNamespace(is_none=lambda: True, is_eagle=lambda: False)
+        s.kv_checksum_computer = None
+        tq = adapter.transfer_queue(s, d["metadata_buffers"], cfg["deferred"])
+        tq.metadata_buffers = self.d_meta
+        tq._skipped_checksum_signatures = set()
+        q = adapter.decode_queue(s, d["metadata_buffers"])
+        del q._check_if_req_exceed_kv_capacity  # the real check, on the real allocator
+        q.transfer_backend = du.TransferBackend.MOONCAKE
+        q.kv_manager = self.d_mgr
+        q.req_to_token_pool = self.d_pool.req_to_token_pool
+        q.token_to_kv_pool_allocator = self.d_pool.allocator
+        q.req_to_metadata_buffer_idx_allocator = tq.req_to_metadata_buffer_idx_allocator
+        q.metadata_buffers = self.d_meta
+        q.max_total_num_tokens = d["pool_pages"] * PAGE
+        q.num_reserved_decode_tokens = 0
+        q._prefill_dp_rank_queries = {}
+        q.held_rebootstrap_reqs = []
+        q.enable_staging = False
+        q.draft_token_to_kv_pool = None
+        q.transfer_queue = tq
+        q._num_published_destinations = 0
+        q.kv_checksum_signature = adapter._LAYOUT_SIGNATURE
+        s.disagg_decode_prealloc_queue = q
+        s.disagg_decode_transfer_queue = tq
+        self.d_sched, self.d_queue, self.t_queue = s, q, tq
+
+    def _worker(self):
+        executor = concurrent.futures.ThreadPoolExecutor(2)
+
+        def run():
+            try:
+                self.p_mgr.transfer_worker(self.gate, executor)
+            except _Closed:
+                pass
+            except BaseException as e:  # the worker's RuntimeError, reported at the step
+                with self.gate.cv:
+                    self.gate.error = e
+                    self.gate.cv.notify_all()
+        self.worker_thread = threading.Thread(target=run, daemon=True)
+        self.worker_thread.start()
+        self.gate._wait_for(lambda: self.gate.where == "get")
+
+    # ------------------------------------------------------------ sockets
+    def _patches(self):
+        rig = self
+
+        class Sock:
+            def send_multipart(self, frames, *a, **k):
+                rig.p_inbox.append(list(frames))
+
+        sock = Sock()
+        info = {"rank_ip": _P_IP, "rank_port": _P_PORT, "is_dummy": False}
+        self.stack.enter_context(mock.patch.object(
+            mc.MooncakeKVReceiver, "_connect_to_bootstrap_server",
+            lambda self, info: (sock, contextlib.nullcontext()), create=True))
+        self.stack.enter_context(mock.patch.object(
+            mc.MooncakeKVReceiver,
+            "_get_bootstrap_info_from_server", lambda self, *a, **k: dict(info), create=True))
+        self.p_mgr._send_multipart_locked = (
+            lambda endpoint, frames, is_ipv6=False: self.d_inbox.append(list(frames)))
+        self.d_mgr._send_multipart_locked = (
+            lambda endpoint, frames, is_ipv6=False: self.p_inbox.append(list(frames)))
+        if hasattr(mc.MooncakeKVSender, "supports_host_tensor_indices"):
+            # 0.5.23 copies the page indices device-to-host into pinned memory
+            # behind a CUDA event; on CPU the sender takes the release's own
+            # synchronous path for senders without it (the same indices)
+            self.stack.enter_context(mock.patch.object(
+                mc.MooncakeKVSender, "supports_host_tensor_indices", False))
+        self.stack.enter_context(_naive_extend(self.d_pool.allocator))
+        self.stack.enter_context(_naive_extend(self.p_pool.allocator))
+        self.stack.enter_context(mock.patch.object(pf, "release_kv_cache", self._p_release))
+        self.stack.enter_context(mock.patch.object(dc, "release_kv_cache", self._d_release))
+        if hasattr(pf, "maybe_cache_unfinished_req"):
+            self.stack.enter_context(mock.patch.object(pf, "maybe_cache_unfinished_req",
+                                                       lambda *a, **k: None))
+        self.p_sched.checkpoint_disagg_prefill = lambda *a, **k: None
+        self.p_sched.cache_unfinished_disagg_prefill = lambda *a, **k: None
+
+    def _p_release(self, req, *args, **kwargs):
+        self._free(self.p_pool, req)
+
+    def _d_release(self, req, *args, **kwargs):
+        self._free(self.d_pool, req)
+
+    @staticmethod
+    def _free(pool: Pool, req):
+        idx = req.kv.req_pool_idx
+        if idx is None:
+            return
+        n = getattr(req.kv, "kv_allocated_len", None) or 0
+        n = n or -(-len(req.origin_input_ids) // PAGE) * PAGE
+        rows = pool.req_to_token_pool.req_to_token[idx, :n]
+        pages = sorted({int(t) // PAGE for t in rows if int(t) > 0})
+        if pages:
+            pool.allocator.free(torch.tensor([p * PAGE for p in pages], dtype=torch.int64))
+        pool.req_to_token_pool.free(req) if _takes_req(pool) else pool.req_to_token_pool.free(idx)
+        req.kv.req_pool_idx = None
+
+    # ---------------------------------------------------------------- steps
+    def p_intake(self, r, params):
+        req = adapter.make_req(f"r{r}", self.cfg["tokens"][r], self.rooms[r], host=_P_IP)
+        p = self.cfg["prefill"]
+        err = mu.validate_input_length(req, (p["intake_limit_pages"] - 1) * PAGE + 2,
+                                       p["auto_truncate"])
+        if err:
+            req.set_finish_with_abort(err)
+        self.p_req[r] = req
+        self.p_rejected[r] = bool(err)
+
+    def d_intake(self, r, params):
+        req = adapter.make_req(f"r{r}", self.cfg["tokens"][r], self.rooms[r], host=_P_IP)
+        d = self.cfg["decode"]
+        err = mu.validate_input_length(req, (d["intake_limit_pages"] - 1) * PAGE + 2,
+                                       d["auto_truncate"])
+        if err:
+            req.set_finish_with_abort(err)
+        self.d_req[r] = req
+        self.d_rejected[r] = bool(err)
+
+    def p_door(self, r, params):
+        self.p_sched.disagg_prefill_bootstrap_queue.add(self.p_req[r], 1)
+
+    def d_door(self, r, params):
+        self.d_queue.add(self.d_req[r], is_retracted=False)
+
+    def _only(self, queue_owner, attr, match):
+        """Run a whole-queue scan on the stepped request alone (the model
+        steps requests one at a time); the rest of the queue is kept, in
+        order, around it."""
+        full = getattr(queue_owner, attr)
+        mine = [e for e in full if match(e)]
+        if not mine:
+            raise Diverged("the request is not in the queue")
+        setattr(queue_owner, attr, mine)
+        return full, mine
+
+    def _restore(self, queue_owner, attr, full, mine):
+        kept = getattr(queue_owner, attr)
+        setattr(queue_owner, attr, [e for e in full if e not in mine or e in kept])
+
+    def d_prealloc(self, r, params):
+        q = self.d_queue
+        req = self.d_req[r]
+        self._choose_pages(self.d_pool, params.get("pages"))
+        # the scan's first call, the handshake, polls the whole queue (as
+        # the model's d_prealloc does); then the scan runs on the request
+        q._update_handshake_waiters()
+        full, mine = self._only(q, "queue", lambda e: e.req is req)
+        try:
+            done, failed = q.pop_preallocated()
+        finally:
+            self._restore(q, "queue", full, mine)
+        if not done:
+            raise Diverged(f"pop_preallocated did not preallocate it ({len(failed)} failed)")
+        self.t_queue.extend(done) if hasattr(self.t_queue, "extend") else \
+            self.t_queue.queue.extend(done)
+
+    @staticmethod
+    def _choose_pages(pool: Pool, pages: Optional[List[int]]):
+        """Which free pages an allocation takes is the free list's order,
+        a choice the model leaves open and the trace fixes: put the trace's
+        pages first, in its order (they must be free in the real pool)."""
+        if not pages:
+            return
+        free = [int(p) for p in pool.allocator.free_pages]
+        want = [p + 1 for p in pages]
+        if not set(want) <= set(free):
+            raise Diverged(f"pages {pages} are not all free in the real pool "
+                           f"(free: {sorted(p - 1 for p in free)})")
+        pool.allocator.free_pages = torch.tensor(
+            want + [p for p in free if p not in want], dtype=torch.int64)
+
+    def _run_thread(self, mgr, start: str, frames: List[List[bytes]]):
+        kvadapter._run_thread(mgr, start, frames)
+
+    def p_recv_metadata(self, r, params):
+        room = str(self.rooms[r]).encode()
+        regs = [f for f in self.p_inbox if f[0] == b"None"]
+        meta = next((f for f in self.p_inbox if f[0] == room), None)
+        if meta is None:
+            raise Diverged("no metadata of the room reached prefill")
+        self.p_inbox = [f for f in self.p_inbox if f is not meta and f not in regs]
+        self._run_thread(self.p_mgr, "start_prefill_thread", regs + [meta])
+
+    def p_pop_bootstrapped(self, r, params):
+        q = self.p_sched.disagg_prefill_bootstrap_queue
+        req = self.p_req[r]
+        full, mine = self._only(q, "queue", lambda e: e is req)
+        try:
+            got = q.pop_bootstrapped()
+        finally:
+            self._restore(q, "queue", full, mine)
+        self.p_waiting.extend(got)
+
+    def p_forward(self, r, params):
+        req = self.p_req[r]
+        if req not in self.p_waiting:
+            raise Diverged("the request is not in prefill's waiting queue")
+        self.p_waiting.remove(req)
+        n = len(req.origin_input_ids)
+        need = -(-n // PAGE) * PAGE
+        pool = self.p_pool
+        idx = pool.req_to_token_pool.alloc(1)[0] if _alloc_n(pool) else \
+            pool.req_to_token_pool.alloc([req])[0]
+        req.kv.req_pool_idx = idx
+        locs = pool.allocator.alloc(need)
+        if locs is None:
+            raise Diverged("prefill's pool has no room for the chunk")
+        pool.req_to_token_pool.req_to_token[idx, :need] = locs.to(torch.int32)
+        pool.k[locs[:n]] = r + 1
+        pool.v[locs[:n]] = r + 1
+        # where the scheduler records the range it computed: extend_range
+        # up to 0.5.21, extend_end from 0.5.22
+        for name, value in (("extend_range", types.SimpleNamespace(start=0, end=n)),
+                            ("extend_end", n)):
+            try:
+                setattr(req, name, value)
+            except AttributeError:
+                pass
+        try:
+            req.kv.kv_allocated_len = need
+        except AttributeError:
+            pass
+        self.p_forwarded.append(req)
+
+    def p_result(self, r, params):
+        from sglang.srt.managers.utils import GenerationBatchResult
+        req = self.p_req[r]
+        if req not in self.p_forwarded:
+            raise Diverged("no forward of the request is due")
+        self.p_forwarded.remove(req)
+        req.inflight_middle_chunks = 0
+        batch = mock.MagicMock()
+        batch.reqs, batch.spec_info, batch.return_logprob = [req], None, False
+        result = GenerationBatchResult(next_token_ids=torch.tensor([11]))
+        self.p_sched.process_batch_result_disagg_prefill(batch, result)
+
+    def p_inflight(self, r, params):
+        s = self.p_sched
+        req = self.p_req[r]
+        full, mine = self._only(s, "disagg_prefill_inflight_queue", lambda e: e is req)
+        try:
+            s.process_disagg_prefill_inflight_queue()
+        finally:
+            self._restore(s, "disagg_prefill_inflight_queue", full, mine)
+
+    def xfer_dequeue(self, r, params):
+        self.gate.dequeue()
+
+    def xfer_write(self, r, params):
+        self.gate.write()
+
+    def d_recv_status(self, r, params):
+        room = str(self.rooms[r]).encode()
+        frame = next((f for f in self.d_inbox if f and f[0] == room), None)
+        if frame is None:
+            raise Diverged("no status report of the room reached decode")
+        self.d_inbox.remove(frame)
+        self._run_thread(self.d_mgr, "start_decode_thread", [frame])
+
+    def d_transferred(self, r, params):
+        q = self.t_queue
+        req = self.d_req[r]
+        full, mine = self._only(q, "queue", lambda e: e.req is req)
+        try:
+            done = q.pop_transferred()
+        finally:
+            self._restore(q, "queue", full, mine)
+        self.d_waiting.extend(done)
+
+    def d_attend(self, r, params):
+        req = self.d_req[r]
+        if req not in self.d_waiting:
+            raise Diverged("the request is not committed on decode")
+        self.d_waiting.remove(req)
+        self.d_running.append(req)
+
+    def d_respond(self, r, params):
+        req = self.d_req[r]
+        if req not in self.d_running:
+            raise Diverged("the request is not running on decode")
+        self.d_running.remove(req)
+        req.finished_reason = req.to_finish or sb.FINISH_LENGTH(length=0)
+        req.to_finish = None
+        self.d_sched.output_streamer.stream_output([req])
+        self._d_release(req)
+        self.d_gone.add(r)
+
+    # ---------------------------------------------------------- observation
+    def _p_stage(self, r) -> str:
+        req = self.p_req[r]
+        if req is None:
+            return "absent"
+        s = self.p_sched
+        if req in s.disagg_prefill_bootstrap_queue.queue:
+            return "bootstrap"
+        if req in self.p_waiting:
+            return "waiting"
+        if req in self.p_forwarded:
+            return "forwarded"
+        if req in s.disagg_prefill_inflight_queue:
+            return "inflight"
+        return "gone" if self.seen_p[r] else "door"
+
+    def _d_stage(self, r) -> str:
+        req = self.d_req[r]
+        if req is None:
+            return "absent"
+        q, tq = self.d_queue, self.t_queue
+        if any(e.req is req for e in q.queue) or any(e.req is req for e in q.pending_reqs):
+            return "prealloc"
+        if req in q.retracted_queue:
+            return "retracted"
+        if any(e.req is req for e in tq.queue):
+            return "transfer"
+        if any(e[0].req is req for e in getattr(tq, "_deferred_releases", [])):
+            return "held"
+        if req in self.d_waiting:
+            return "waiting"
+        if req in self.d_running:
+            return "running"
+        return "gone" if self.seen_d[r] else "door"
+
+    def observe(self) -> Dict[str, Any]:
+        out = {"p": [], "d": [], "p_room": [], "d_room": []}
+        for r in range(self.n):
+            preq, dreq = self.p_req[r], self.d_req[r]
+            out["p"].append({"stage": self._p_stage(r),
+                             "to_finish": None if preq is None else _kind(preq.to_finish),
+                             "finished": None if preq is None else _kind(preq.finished_reason),
+                             "answer": self.p_answer[r], "rejected": self.p_rejected[r]})
+            dstage = self._d_stage(r)
+            out["d"].append({"stage": dstage,
+                             "to_finish": None if dreq is None else _kind(dreq.to_finish),
+                             "finished": None if dreq is None else _kind(dreq.finished_reason),
+                             "pages": [] if dreq is None else self.d_pool.model_pages(dreq),
+                             "answer": self.d_answer[r], "rejected": self.d_rejected[r]})
+            out["p_room"].append(kvadapter.poll_name(self.p_mgr.request_status.get(self.rooms[r])))
+            out["d_room"].append(kvadapter.poll_name(self.d_mgr.request_status.get(self.rooms[r])))
+        out["writers"] = [self.d_pool.writer(p) for p in range(self.d_pool.pages)]
+        return out
+
+
+def _default_allocation_policy() -> Optional[str]:
+    get_disagg = getattr(kvadapter.cc, "get_disagg", None)
+    if get_disagg is None:
+        return None
+    return getattr(get_disagg(), "disaggregation_decode_allocation_policy", None)
+
+
+def _error(e: BaseException) -> str:
+    """The exception and where in the wheel it was raised."""
+    import traceback
+    frames = traceback.extract_tb(e.__traceback__)
+    where = next((f for f in reversed(frames) if "sglang" in f.filename), frames[-1])
+    path = where.filename.split("sglang/srt/")[-1]
+    return f"{type(e).__name__}: {e} ({path}:{where.lineno})"
+
+
+def _takes_req(pool: Pool) -> bool:
+    import inspect
+    params = list(inspect.signature(pool.req_to_token_pool.free).parameters)
+    return params[:1] == ["req"]
+
+
+def _alloc_n(pool: Pool) -> bool:
+    import inspect
+    params = list(inspect.signature(pool.req_to_token_pool.alloc).parameters)
+    return params[:1] in (["need_size"], ["n"], ["size"])
+
+
+STEPS = ("p_intake", "d_intake", "p_door", "d_door", "d_prealloc", "p_recv_metadata",
+         "p_pop_bootstrapped", "p_forward", "p_result", "p_inflight", "xfer_dequeue",
+         "xfer_write", "d_recv_status", "d_transferred", "d_attend", "d_respond")
+
+
+def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
+    """Drive the rig through ``trace["steps"]``; the observation after the
+    initial state and after each step, and where it stopped and why."""
+    rig = Rig(trace["config"])
+    rig.seen_p = [False] * rig.n
+    rig.seen_d = [False] * rig.n
+    observations = [rig.observe()]
+    stop = None
+    with rig.stack:
+        rig._patches()
+        for i, step in enumerate(trace["steps"], start=1):
+            name, r = step["action"], step["rid"]
+            if name not in STEPS:
+                stop = {"step": i, "why": "not-driven", "detail": f"no real driver for {name}"}
+                break
+            try:
+                getattr(rig, name)(r, step.get("params", {}))
+            except Diverged as e:
+                stop = {"step": i, "why": "cannot-step", "detail": str(e)}
+                break
+            except Exception as e:
+                stop = {"step": i, "why": "error", "detail": _error(e)}
+                break
+            if name == "p_door":
+                rig.seen_p[r] = True
+            if name == "d_door":
+                rig.seen_d[r] = True
+            observations.append(rig.observe())
+    rig.gate.close()
+    return {"observations": observations, "stop": stop}

@@ -1,0 +1,253 @@
+"""``reqmodel conform --trace``: replay a whole counterexample on the real
+code and say whether the real code reaches the same violation.
+
+The model side: the trace's states (replayed on the model of the trace's own
+release) projected onto what the rig (``tracerig.py``, in the worker) can
+observe on the real objects after each step; the first step whose
+projections differ is the divergence, shown side by side.  ``reproduced``
+means every step was taken by the real code with the model's observable
+effects, up to and including the violating step, and the violation holds
+on the real objects (for ``no-foreign-kv-read``: a page decode attended
+over holds another request's bytes).
+"""
+from __future__ import annotations
+
+import pathlib
+from typing import Any, Dict, List, Optional
+
+import attrs
+
+from reqmodel.conform import drive_traces
+from reqmodel.model.actions.core import Ctx
+from reqmodel.model.releases import Release
+from reqmodel.model.state import DStage, PStage
+
+PAGE = 16
+_P_STAGES = {PStage.ABSENT: "absent", PStage.DOOR: "door", PStage.BOOTSTRAP: "bootstrap",
+             PStage.WAITING: "waiting", PStage.FORWARDED: "forwarded",
+             PStage.INFLIGHT: "inflight", PStage.GONE: "gone", PStage.CHUNKED: "chunked",
+             PStage.YIELDED: "yielded"}
+_D_STAGES = {DStage.ABSENT: "absent", DStage.DOOR: "door", DStage.PREALLOC: "prealloc",
+             DStage.TRANSFER: "transfer", DStage.WAITING: "waiting", DStage.RUNNING: "running",
+             DStage.RETRACTED: "retracted", DStage.HELD: "held", DStage.GONE: "gone"}
+
+
+def _kind(f) -> Optional[str]:
+    return None if f is None else f.kind
+
+
+def _poll(p) -> Optional[str]:
+    return None if p is None else p.name
+
+
+def project(state) -> Dict[str, Any]:
+    """What the rig observes, as the model's state says it."""
+    out: Dict[str, Any] = {"p": [], "d": [], "p_room": [], "d_room": []}
+    for r, (p, d) in enumerate(zip(state.p, state.d)):
+        out["p"].append({"stage": _P_STAGES[p.stage], "to_finish": _kind(p.to_finish),
+                         "finished": _kind(p.finished_reason), "answer": p.answer,
+                         "rejected": p.rejected})
+        out["d"].append({"stage": _D_STAGES[d.stage], "to_finish": _kind(d.to_finish),
+                         "finished": _kind(d.finished_reason), "pages": list(d.pages),
+                         "answer": d.answer, "rejected": d.rejected})
+        out["p_room"].append(_poll(state.rooms[state.room_index(r, 0)].status))
+        out["d_room"].append(_poll(state.d_rooms[state.room_slot(r)].status))
+    out["writers"] = [pg.writer for pg in state.d_pages]
+    return out
+
+
+def unsupported(loaded) -> Optional[str]:
+    """Why the rig cannot stand for this trace's configuration, or None."""
+    sc = loaded.scenario
+    if sc.decode.ranks != 1 or getattr(sc.prefill, "ranks", 1) != 1:
+        return "several prefill or decode ranks"
+    if sc.prefill.chunk_pages:
+        return "chunked prefill"
+    if sc.prefill.kv_checksum or sc.decode.kv_checksum:
+        return "KV checksums"
+    if sc.decode.radix_cache:
+        return "decode's radix cache"
+    if sc.hybrid_mamba:
+        return "hybrid Mamba state"
+    if sc.optimistic_prefill_attempts:
+        return "optimistic prefill"
+    if sc.result_timing != "loop":
+        return f"result timing {sc.result_timing}"
+    return None
+
+
+def config(loaded, real: Release) -> Dict[str, Any]:
+    from reqmodel.conform.cases import tokens
+    sc = loaded.scenario
+    s0 = loaded_initial(loaded)
+    return {
+        "n": sc.n,
+        "tokens": [tokens(p) for p in sc.prompt_pages],
+        "room_of": [s0.room_slot(r) for r in range(sc.n)],
+        "deferred": Ctx(real, sc).deferred,
+        "prefill": {"pool_pages": sc.prefill.pool_pages,
+                    "intake_limit_pages": sc.prefill.intake_limit_pages,
+                    "auto_truncate": sc.prefill.auto_truncate,
+                    "metadata_buffers": sc.prefill.metadata_buffers},
+        "decode": {"pool_pages": sc.decode.pool_pages,
+                   "intake_limit_pages": sc.decode.intake_limit_pages,
+                   "auto_truncate": sc.decode.auto_truncate,
+                   "metadata_buffers": sc.decode.metadata_buffers},
+    }
+
+
+def loaded_initial(loaded):
+    from reqmodel.model.actions import initial_state
+    return initial_state(loaded.scenario)
+
+
+@attrs.frozen
+class Result:
+    release: str
+    trace: str
+    steps: int
+    replayed: int  # steps the real code took with the model's effects
+    reproduced: bool
+    divergence: Optional[dict]
+
+    def as_json(self) -> dict:
+        return {"release": self.release, "trace": self.trace, "steps": self.steps,
+                "replayed": self.replayed, "reproduced": self.reproduced,
+                "divergence": self.divergence}
+
+
+def _diff(model: dict, real: dict) -> Dict[str, Any]:
+    """The parts of two projections that differ, side by side."""
+    out = {}
+    for key in model:
+        if isinstance(model[key], list) and key in ("p", "d"):
+            for r, (m, x) in enumerate(zip(model[key], real[key])):
+                for f in m:
+                    if m[f] != x.get(f):
+                        out[f"{key}[{r}].{f}"] = {"model": m[f], "real": x.get(f)}
+        elif model[key] != real.get(key):
+            out[key] = {"model": model[key], "real": real.get(key)}
+    return out
+
+
+@attrs.frozen
+class Prepared:
+    path: str
+    loaded: Any
+    real: Release
+    model: List[dict]  # the projection of each state
+    request: Optional[dict]  # what the worker replays; None: not replayable
+    why_not: Optional[str]
+
+
+def prepare(path: str, release: Optional[Release] = None) -> Prepared:
+    """Load a trace, replay it on the model, and build the worker's request."""
+    from reqmodel.traces import replay as trace_replay
+    loaded = trace_replay.load(path)
+    real = release or loaded.release
+    why = unsupported(loaded)
+    if why is not None:
+        return Prepared(str(path), loaded, real, [], None, why)
+    states, _events, _stopped = _model_states(loaded)
+    request = {"config": config(loaded, real),
+               "steps": [{"action": st.action, "rid": st.rid, "params": _params(st)}
+                         for st in loaded.steps]}
+    return Prepared(str(path), loaded, real, [project(s) for s in states], request, None)
+
+
+def judge(prep: Prepared, answer: Optional[dict]) -> Result:
+    """Compare the real replay with the model's, step by step."""
+    steps = prep.loaded.steps
+    name = prep.real.name
+    if prep.request is None:
+        return Result(name, prep.path, len(steps), 0, False,
+                      {"step": 0, "action": None, "why": "not-driven",
+                       "detail": f"the rig does not stand for {prep.why_not} yet"})
+    observed: List[dict] = answer["observations"]
+    for i, (m, x) in enumerate(zip(prep.model, observed)):
+        if m != x:
+            return Result(name, prep.path, len(steps), max(i - 1, 0), False,
+                          {"step": i, "action": None if i == 0 else steps[i - 1].action,
+                           "rid": None if i == 0 else steps[i - 1].rid,
+                           "why": "state", "differs": _diff(m, x)})
+    stop = answer.get("stop")
+    if stop is not None:
+        st = steps[stop["step"] - 1]
+        return Result(name, prep.path, len(steps), stop["step"] - 1, False,
+                      {"step": stop["step"], "action": st.action, "rid": st.rid,
+                       "why": stop["why"], "detail": stop["detail"]})
+    ok = violated(prep.loaded, steps, observed[-1])
+    if ok is None:
+        return Result(name, prep.path, len(steps), len(steps), False,
+                      {"step": len(steps), "action": steps[-1].action, "rid": steps[-1].rid,
+                       "why": "unread",
+                       "detail": f"every step agrees; {prep.loaded.property.name} is not read "
+                                 "on the real objects yet"})
+    return Result(name, prep.path, len(steps), len(steps), ok,
+                  None if ok else {"step": len(steps), "action": steps[-1].action,
+                                   "rid": steps[-1].rid, "why": "no-violation",
+                                   "detail": "every step agrees, but the real objects do not "
+                                             "show the violation"})
+
+
+def run(root: pathlib.Path, paths: List[str], release: Optional[Release] = None) -> List[Result]:
+    """Replay each trace on the real code (its own release's, or ``release``'s):
+    one worker per release, one fresh rig per trace."""
+    preps = [prepare(p, release) for p in paths]
+    by_release: Dict[str, List[int]] = {}
+    for i, prep in enumerate(preps):
+        if prep.request is not None:
+            by_release.setdefault(prep.real.name, []).append(i)
+    answers: Dict[int, dict] = {}
+    for rel, idx in by_release.items():
+        got = drive_traces(root, rel, [preps[i].request for i in idx])
+        answers.update(zip(idx, got))
+    return [judge(prep, answers.get(i)) for i, prep in enumerate(preps)]
+
+
+def _params(st) -> Dict[str, Any]:
+    from reqmodel.model.actions import BY_NAME
+    return {k: (list(v) if isinstance(v, tuple) else v)
+            for k, v in zip(BY_NAME[st.action].arg_names, st.arg)}
+
+
+def _model_states(loaded):
+    from reqmodel.engines.exhaustive import replay as model_replay
+    got = model_replay(loaded.release, loaded.scenario, loaded.steps)
+    return got
+
+
+def _foreign_read(steps, final: dict) -> Optional[bool]:
+    last = steps[-1]
+    if last.action != "d_attend":
+        return False
+    pages = final["d"][last.rid]["pages"]
+    return any(final["writers"][p] not in (None, last.rid) for p in pages)
+
+
+def _rejected_succeeded(steps, final: dict) -> Optional[bool]:
+    for p, d in zip(final["p"], final["d"]):
+        if (p["rejected"] and p["answer"] == 200) or (d["rejected"] and d["answer"] == 200):
+            return True
+        if (p["rejected"] or d["rejected"]) and d["answer"] == 200:
+            return True
+    return False
+
+
+def _abort_overwritten(steps, final: dict) -> Optional[bool]:
+    return any(x["to_finish"] == "abort" and x["finished"] not in (None, "abort")
+               for x in final["p"] + final["d"])
+
+
+# property -> how its violation is read on the rig's observation after the
+# last step; a property not here is not read on the real objects (yet)
+READERS = {"no-foreign-kv-read": _foreign_read,
+           "rejected-never-succeeds": _rejected_succeeded,
+           "pending-abort-not-overwritten": _abort_overwritten}
+
+
+def violated(loaded, steps, final: dict) -> Optional[bool]:
+    """The property's violation, read from the real objects; None when the
+    rig has no reader for the property."""
+    read = READERS.get(loaded.property.name)
+    return None if read is None else read(steps, final)
