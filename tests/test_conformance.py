@@ -386,14 +386,14 @@ def test_the_incident_reproduces_on_the_real_0_5_19_code():
                                              ("0.5.23", 5, "p_door")])
 def test_the_incident_diverges_where_each_fix_landed(rel, step, action):
     """0.5.20 retires the stub when its result comes back; from 0.5.21 the
-    door retires it: the real request is gone, answered 400, where the
+    door retires it: the real request is gone, answered with an error, where the
     0.5.19 model keeps it."""
     got = incident_on(rel)
     assert not got.reproduced
     d = got.divergence
     assert (d["why"], d["step"], d["action"], d["rid"]) == ("state", step, action, 0)
     assert d["differs"]["p[0].stage"]["real"] == "gone"
-    assert d["differs"]["p[0].answer"] == {"model": None, "real": 400}
+    assert d["differs"]["p[0].answer"] == {"model": None, "real": "error"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -403,21 +403,45 @@ def corpus_on_own_release():
     return traces.run(ROOT, sorted(glob.glob("counterexamples/0.5.*/*.itf.json")))
 
 
+# the traces whose request after a failed write transfers to the same decode
+# session: Mooncake lists the session as failed, and with the failed-session
+# probe off (up to 0.5.22's default) the next chunk fails early
+BLACKLISTED = {(rel, f"counterexamples/{rel}/no-foreign-kv-read-{sc}.itf.json")
+               for rel in ("0.5.19", "0.5.20", "0.5.21")
+               for sc in ("transfer-failure", "room-reuse-three")}
+
+
 def test_no_corpus_trace_departs_from_its_own_release_code():
-    """Every corpus trace, on its own release's code: a step the rig drives
-    never departs from the model (state, exception or a step the real code
-    cannot take); the rest stop at a step or configuration the rig does not
-    drive yet, or agree to the end."""
+    """Every corpus trace, on its own release's code with its defaults: a
+    step the rig drives departs from the model only in the traces that need
+    decode's session off prefill's failed list (where the departure is the
+    next request's chunk failing early); every other trace reproduces, agrees
+    to the end (violation not read), or stops where the rig drives nothing."""
     results = corpus_on_own_release()
-    bad = [(r.trace, r.divergence) for r in results
-           if r.divergence and r.divergence["why"] in ("state", "error", "cannot-step")]
-    assert not bad, bad[:3]
-    assert all(r.reproduced or r.divergence["why"] in ("not-driven", "unread")
-               for r in results)
+    bad = {(r.release, r.trace) for r in results
+           if r.divergence and r.divergence["why"] not in ("not-driven", "unread")}
+    assert bad == BLACKLISTED
+    for r in results:
+        if (r.release, r.trace) in BLACKLISTED:
+            d = r.divergence
+            assert (d["why"], d["action"]) == ("state", "xfer_dequeue")
+            assert d["differs"]["p_room"]["real"][d["rid"]] == "Failed"
+    assert sum(r.reproduced for r in results) >= 90
+
+
+def test_with_the_failed_session_probe_the_late_write_reproduces(monkeypatch):
+    """SGLANG_ENABLE_FAILED_SESSION_PROBE=1 (0.5.23's default): the probe
+    takes decode's session off the failed list and the stray write of the
+    failed batch lands in the page the next request attends over."""
+    from reqmodel.conform import traces
+    monkeypatch.setenv("SGLANG_ENABLE_FAILED_SESSION_PROBE", "1")
+    got = traces.run(ROOT, sorted(t for _, t in BLACKLISTED))
+    assert all(r.reproduced for r in got), [(r.trace, r.divergence) for r in got]
 
 
 def test_every_no_foreign_kv_read_trace_the_rig_drives_reproduces():
-    results = [r for r in corpus_on_own_release() if "/no-foreign-kv-read-" in r.trace]
+    results = [r for r in corpus_on_own_release() if "/no-foreign-kv-read-" in r.trace
+               and (r.release, r.trace) not in BLACKLISTED]
     driven = [r for r in results if r.divergence is None or r.divergence["why"] != "not-driven"]
     assert len(driven) >= 5
     assert all(r.reproduced for r in driven), [r.trace for r in driven if not r.reproduced]

@@ -76,10 +76,12 @@ def _kind(reason) -> Optional[str]:
     return adapter.kind(reason)
 
 
-def _status(reason) -> int:
-    if isinstance(reason, sb.FINISH_ABORT):
-        return int(getattr(reason, "status_code", None) or 500)
-    return 200
+def _status(reason) -> str:
+    """An answer as the client tells it: ``ok`` (200) or ``error``.  The
+    HTTP status of an abort whose reason carries none is set past the
+    scheduler (tokenizer manager, HTTP server), which the rig does not run;
+    the seams compare finishes as kinds for the same reason."""
+    return "error" if isinstance(reason, sb.FINISH_ABORT) else "ok"
 
 
 # ------------------------------------------------------------- the KV pools
@@ -107,6 +109,13 @@ class Pool:
         item = PAGE * self.k.element_size()  # bytes of one page of one layer
         return dict(kv_data_ptrs=[self.k.data_ptr(), self.v.data_ptr()],
                     kv_data_lens=[self.k.nbytes, self.v.nbytes], kv_item_lens=[item, item])
+
+    def pages_at(self, addrs) -> List[int]:
+        """The model pages of the K rows at these addresses (others: V rows,
+        metadata, ignored)."""
+        base, item = self.k.data_ptr(), PAGE * self.k.element_size()
+        return sorted({(a - base) // item - 1 for a in addrs
+                       if base + item <= a < base + self.k.nbytes})
 
     def writer(self, model_page: int) -> Optional[int]:
         v = int(self.k[(model_page + 1) * PAGE])
@@ -208,6 +217,10 @@ class Gate:
             self.cv.notify_all()
         self._wait_for(lambda: self.permits == 0 and self.where in ("get", "engine"))
 
+    def at_engine(self) -> bool:
+        with self.cv:
+            return self.where == "engine"
+
     def write(self):
         with self.cv:
             self.open = True
@@ -224,12 +237,21 @@ class Engine:
     def __init__(self, gate: Gate):
         self.gate = gate
         self.writes: List[tuple] = []
+        self.fail_next = False  # the next batch times out (returns -1) ...
+        self.stray: List[tuple] = []  # ... and its blocks land later
 
     def get_session_id(self):
         return f"{_P_IP}:{_P_PORT}"
 
     def batch_transfer_sync(self, session_id, src, dst, lengths):
         self.gate.engine_call()
+        if self.fail_next:
+            # the NIC read the source while the batch ran: the late landing
+            # writes those bytes, whatever prefill has put there since
+            self.fail_next = False
+            self.stray.extend((ctypes.string_at(int(s), int(n)), int(d))
+                              for s, d, n in zip(src, dst, lengths))
+            return -1
         for s, d, n in zip(src, dst, lengths):
             ctypes.memmove(int(d), int(s), int(n))
             self.writes.append((int(s), int(d), int(n)))
@@ -294,6 +316,13 @@ def _manager(rank_ip: str, rank_port: int, pool: Pool, meta, engine, deferred: b
     mgr.kv_item_lens_sum = sum(mgr.kv_args.kv_item_lens)
     mgr.state_item_lens_sum = 0
     mgr._kv_replica_factor = 1  # not MLA
+    for name, default in (("SGLANG_FAILED_SESSION_PROBE_INTERVAL_S", 30.0),
+                          ("SGLANG_FAILED_SESSION_IDLE_TIMEOUT_S", 600.0)):
+        flag = getattr(mc.envs, name, None)
+        value = default if flag is None else flag.get()
+        attr = ("failed_session_probe_interval" if "INTERVAL" in name
+                else "failed_session_idle_timeout")
+        setattr(mgr, attr, value)
     if hasattr(mc.envs, "SGLANG_MOONCAKE_MAX_TRANSFER_BATCH_INDICES"):  # 0.5.20+
         mgr.max_transfer_batch_indices = mc.envs.SGLANG_MOONCAKE_MAX_TRANSFER_BATCH_INDICES.get()
     return mgr
@@ -316,11 +345,9 @@ class Rig:
         self.d_answer: List[Optional[int]] = [None] * self.n
         # whether each side's intake rejected the request (validate_input_length)
         self.p_rejected = [False] * self.n
+        self.echoed = {"p": set(), "d": set()}
+        self.crashed = {"p": [False] * self.n, "d": [False] * self.n}  # requests answered by an abort echo
         self.d_rejected = [False] * self.n
-        self.p_waiting: List[Any] = []
-        self.p_forwarded: List[Any] = []
-        self.d_waiting: List[Any] = []
-        self.d_running: List[Any] = []
         self.d_gone: set = set()
         self.p_inbox: List[List[bytes]] = []
         self.d_inbox: List[List[bytes]] = []
@@ -369,7 +396,10 @@ class Rig:
         q.max_input_len = (p["intake_limit_pages"] - 1) * PAGE + 2
         q.metadata_buffers = self.p_meta
         q.token_to_kv_pool = types.SimpleNamespace(page_size=PAGE)
-        self.released_p = []
+        s.waiting_queue = []
+        s.last_batch = types.SimpleNamespace(reqs=[])  # launched, result not processed
+        s.running_batch = types.SimpleNamespace(reqs=[])
+        self._abort_side(s, du.DisaggregationMode.PREFILL, self.p_answer, "p")
         self.p_sched = s
 
     def _decode(self, cfg):
@@ -420,7 +450,39 @@ class Rig:
         q.kv_checksum_signature = adapter._LAYOUT_SIGNATURE
         s.disagg_decode_prealloc_queue = q
         s.disagg_decode_transfer_queue = tq
+        s.chunked_req = None
+        s.tree_cache = q.tree_cache
+        self._abort_side(s, du.DisaggregationMode.DECODE, self.d_answer, "d")
         self.d_sched, self.d_queue, self.t_queue = s, q, tq
+
+    def _abort_side(self, s, mode, answers, side):
+        """What the real ``abort_request`` reads on a scheduler: the echo to
+        the tokenizer manager is a spy that records the answer."""
+        rig = self
+        s.disaggregation_mode = mode
+        s.ps = adapter._PARALLEL
+        s.mm_receiver = None
+        s.dllm_config = None
+        s.enable_hicache_storage = False
+        s.grammar_manager = mock.MagicMock()
+        s._pending_chunked_abort_req = None
+
+        def send_output(out, req=None, *a, **k):
+            r = rig._rid_of(req, side) if req is not None else None
+            if r is not None and answers[r] is None:
+                # an abort echo (method 1): the tokenizer manager finishes
+                # the request as an abort (tm 19:3203-3209)
+                answers[r] = "error"
+                rig.echoed[side].add(r)
+        s.ipc_channels = types.SimpleNamespace(
+            send_to_tokenizer=types.SimpleNamespace(send_output=send_output))
+        s.rust_server = None
+        s.enable_continuous_input_polling = False
+        s.result_queue = []
+        for name in ("abort_request", "collect_inflight_reqs", "_collect_inflight_batches",
+                     "send_abort_output"):  # the last two from 0.5.22 / 0.5.23
+            if hasattr(adapter.sch.Scheduler, name):
+                setattr(s, name, types.MethodType(getattr(adapter.sch.Scheduler, name), s))
 
     def _worker(self):
         executor = concurrent.futures.ThreadPoolExecutor(2)
@@ -468,6 +530,8 @@ class Rig:
         self.stack.enter_context(_naive_extend(self.p_pool.allocator))
         self.stack.enter_context(mock.patch.object(pf, "release_kv_cache", self._p_release))
         self.stack.enter_context(mock.patch.object(dc, "release_kv_cache", self._d_release))
+        self.stack.enter_context(mock.patch.object(adapter.sch, "release_kv_cache",
+                                                   self._either_release))
         if hasattr(pf, "maybe_cache_unfinished_req"):
             self.stack.enter_context(mock.patch.object(pf, "maybe_cache_unfinished_req",
                                                        lambda *a, **k: None))
@@ -479,6 +543,9 @@ class Rig:
 
     def _d_release(self, req, *args, **kwargs):
         self._free(self.d_pool, req)
+
+    def _either_release(self, req, *args, **kwargs):
+        self._free(self.d_pool if any(x is req for x in self.d_req) else self.p_pool, req)
 
     @staticmethod
     def _free(pool: Pool, req):
@@ -588,13 +655,13 @@ class Rig:
             got = q.pop_bootstrapped()
         finally:
             self._restore(q, "queue", full, mine)
-        self.p_waiting.extend(got)
+        self.p_sched.waiting_queue.extend(got)
 
     def p_forward(self, r, params):
         req = self.p_req[r]
-        if req not in self.p_waiting:
+        if req not in self.p_sched.waiting_queue:
             raise Diverged("the request is not in prefill's waiting queue")
-        self.p_waiting.remove(req)
+        self.p_sched.waiting_queue.remove(req)
         n = len(req.origin_input_ids)
         need = -(-n // PAGE) * PAGE
         pool = self.p_pool
@@ -619,14 +686,14 @@ class Rig:
             req.kv.kv_allocated_len = need
         except AttributeError:
             pass
-        self.p_forwarded.append(req)
+        self.p_sched.last_batch.reqs.append(req)
 
     def p_result(self, r, params):
         from sglang.srt.managers.utils import GenerationBatchResult
         req = self.p_req[r]
-        if req not in self.p_forwarded:
+        if req not in self.p_sched.last_batch.reqs:
             raise Diverged("no forward of the request is due")
-        self.p_forwarded.remove(req)
+        self.p_sched.last_batch.reqs.remove(req)
         req.inflight_middle_chunks = 0
         batch = mock.MagicMock()
         batch.reqs, batch.spec_info, batch.return_logprob = [req], None, False
@@ -664,25 +731,147 @@ class Rig:
             done = q.pop_transferred()
         finally:
             self._restore(q, "queue", full, mine)
-        self.d_waiting.extend(done)
+        self.d_sched.waiting_queue.extend(done)
 
     def d_attend(self, r, params):
         req = self.d_req[r]
-        if req not in self.d_waiting:
+        if req not in self.d_sched.waiting_queue:
             raise Diverged("the request is not committed on decode")
-        self.d_waiting.remove(req)
-        self.d_running.append(req)
+        self.d_sched.waiting_queue.remove(req)
+        self.d_sched.running_batch.reqs.append(req)
 
     def d_respond(self, r, params):
         req = self.d_req[r]
-        if req not in self.d_running:
+        if req not in self.d_sched.running_batch.reqs:
             raise Diverged("the request is not running on decode")
-        self.d_running.remove(req)
+        self.d_sched.running_batch.reqs.remove(req)
         req.finished_reason = req.to_finish or sb.FINISH_LENGTH(length=0)
         req.to_finish = None
         self.d_sched.output_streamer.stream_output([req])
         self._d_release(req)
         self.d_gone.add(r)
+
+    def _abort(self, sched, r):
+        from sglang.srt.managers.io_struct import AbortReq
+        sched.abort_request(AbortReq(rid=f"r{r}"))
+
+    def p_abort(self, r, params):
+        """The client's abort reaching prefill: the real ``abort_request``."""
+        self._abort(self.p_sched, r)
+
+    def d_abort(self, r, params):
+        """The client's abort reaching decode: the real ``abort_request``."""
+        self._abort(self.d_sched, r)
+
+    def p_recv_abort(self, r, params):
+        room = str(self.rooms[r]).encode()
+        frame = next((f for f in self.p_inbox if f[0] == b"ABORT" and f[1] == room), None)
+        if frame is None:
+            raise Diverged("no ABORT of the room reached prefill")
+        self.p_inbox.remove(frame)
+        self._run_thread(self.p_mgr, "start_prefill_thread", [frame])
+
+    def d_recv_ack(self, r, params):
+        """An ABORT_ACK reaches decode's thread; the scheduler's next
+        iteration re-checks the held requests (``resolve_deferred_releases``)."""
+        room = str(self.rooms[r]).encode()
+        frame = next((f for f in self.d_inbox if f[0] == b"ABORT_ACK" and f[1] == room), None)
+        if frame is None:
+            raise Diverged("no ABORT_ACK of the room reached decode")
+        self.d_inbox.remove(frame)
+        self._run_thread(self.d_mgr, "start_decode_thread", [frame])
+        self.t_queue.resolve_deferred_releases()
+
+    def _crash(self, side: str, r: int, call, exc, text: str):
+        """A step that ends in the scheduler's death: the real call must
+        raise ``exc`` (with ``text``); the rig then stops that worker."""
+        try:
+            call()
+        except exc as e:
+            if text not in str(e) and text:
+                raise
+            self.crashed[side][r] = True
+            return
+        raise Diverged(f"the real call did not raise {exc.__name__}")
+
+    def _decode_scan(self, r):
+        """Decode's scan that polls request r's receiver: the prealloc
+        handshake while r is in the prealloc queue, else the transfer poll."""
+        req = self.d_req[r]
+        if any(e.req is req for e in self.d_queue.queue):
+            return self.d_queue._update_handshake_waiters
+        return lambda: self.d_transferred(r, {})
+
+    def d_poll_popped_room(self, r, params):
+        self._crash("d", r, self._decode_scan(r), KeyError, "")
+
+    def d_unexpected_poll(self, r, params):
+        self._crash("d", r, self.d_queue._update_handshake_waiters, ValueError,
+                    "Unexpected poll case")
+
+    def p_unexpected_poll(self, r, params):
+        req = self.p_req[r]
+        if req in self.p_sched.disagg_prefill_bootstrap_queue.queue:
+            call = lambda: self.p_pop_bootstrapped(r, {})  # noqa: E731
+        else:
+            call = lambda: self.p_inflight(r, {})  # noqa: E731
+        self._crash("p", r, call, RuntimeError, "Unexpected poll state")
+
+    def d_prealloc_drop(self, r, params):
+        q = self.d_queue
+        req = self.d_req[r]
+        q._update_handshake_waiters()
+        full, mine = self._only(q, "queue", lambda e: e.req is req)
+        try:
+            done, failed = q.pop_preallocated()
+        finally:
+            self._restore(q, "queue", full, mine)
+        if done or not failed:
+            raise Diverged("pop_preallocated did not drop it")
+
+    def d_deferred_timeout(self, r, params):
+        """The held request's deadline passes: the real
+        ``resolve_deferred_releases`` with decode's clock an hour on."""
+        real = time.monotonic
+        later = types.SimpleNamespace(monotonic=lambda: real() + 3600.0, time=time.time,
+                                      perf_counter=time.perf_counter)
+        with mock.patch.object(dc, "time", later):
+            self.t_queue.resolve_deferred_releases()
+
+    def p_req_waiting_timeout(self, r, params):
+        """``_poll_timeout_aborts`` hands this worker's own ``abort_request``
+        an AbortReq with the timeout's message (sch 21:3379-3401)."""
+        from sglang.srt.managers.io_struct import AbortReq
+        self.p_sched.abort_request(AbortReq(rid=f"r{r}",
+                                            abort_message="Request waiting timeout reached."))
+
+    def xfer_fail(self, r, params):
+        """With r's write in flight, its batch times out (the engine returns
+        -1 and keeps the blocks, which land at ``xfer_stray_lands``);
+        otherwise the worker takes r's chunk and finds decode's session
+        failed.  Either way Mooncake now lists decode's session as failed,
+        and every later chunk for it fails early until the failed-session
+        probe (``SGLANG_ENABLE_FAILED_SESSION_PROBE``: off up to 0.5.22, on
+        in 0.5.23) takes it off the list: where the probe runs, the rig
+        lets its real pass succeed right after the failure (the timing the
+        model assumes: decode's session recovers before the next chunk)."""
+        if self.gate.at_engine():
+            self.engine.fail_next = True
+            self.gate.write()
+        else:
+            self.p_mgr.failed_sessions.add(f"{_D_IP}:{_D_PORT}")
+            self.gate.dequeue()
+        if _probe_enabled():
+            self.engine.send_probe = lambda session_id: 0
+            self.p_mgr._run_one_probe_pass()
+
+    def xfer_stray_lands(self, r, params):
+        if not self.engine.stray:
+            raise Diverged("no write of the request was given up")
+        for data, dst in self.engine.stray:
+            ctypes.memmove(dst, data, len(data))
+            self.engine.writes.append((0, dst, len(data)))
+        self.engine.stray = []
 
     # ---------------------------------------------------------- observation
     def _p_stage(self, r) -> str:
@@ -692,9 +881,9 @@ class Rig:
         s = self.p_sched
         if req in s.disagg_prefill_bootstrap_queue.queue:
             return "bootstrap"
-        if req in self.p_waiting:
+        if req in self.p_sched.waiting_queue:
             return "waiting"
-        if req in self.p_forwarded:
+        if req in self.p_sched.last_batch.reqs:
             return "forwarded"
         if req in s.disagg_prefill_inflight_queue:
             return "inflight"
@@ -713,11 +902,43 @@ class Rig:
             return "transfer"
         if any(e[0].req is req for e in getattr(tq, "_deferred_releases", [])):
             return "held"
-        if req in self.d_waiting:
+        if req in self.d_sched.waiting_queue:
             return "waiting"
-        if req in self.d_running:
+        if req in self.d_sched.running_batch.reqs:
             return "running"
         return "gone" if self.seen_d[r] else "door"
+
+    def final(self, landed: List[int]) -> Dict[str, Any]:
+        """Facts the property readers need after the last step: what each
+        manager still keeps for each request's room, whether anything of
+        the room is still on the wire, and the decode pages the last step's
+        writes landed in."""
+        p, d = self.p_mgr, self.d_mgr
+        left, wire = [], []
+        for room in self.rooms:
+            left.append(bool(
+                room in p.request_status or room in p.transfer_infos
+                or room in p.failure_records or room in p._deferred_ack_targets
+                or room in p._deferred_ack_poisoned_rooms or p._staging_outstanding.get(room)
+                or room in d.request_status or room in d._deferred_abort_ack_tracker
+                or d.prefill_response_tracker.get(room)))
+            name = str(room).encode()
+            # an ABORT_ACK for a room decode tracks no hold for changes
+            # nothing when it arrives (note_abort_ack, cc 19:391-396)
+            live = [f for f in self.p_inbox + self.d_inbox
+                    if not (f[0] == b"ABORT_ACK" and room not in d._deferred_abort_ack_tracker)]
+            wire.append(any(name in f[:2] for f in live)
+                        or any(c.room == room for c in self.gate.items)
+                        or self.gate.at_engine() or bool(self.engine.stray))
+        return {"room_left": left, "room_on_wire": wire, "landed": landed}
+
+    def _finished(self, req, r, side) -> Optional[str]:
+        """The request's finish: its ``finished_reason``, or an abort when
+        ``abort_request`` dropped it from a queue and echoed the abort."""
+        if req is None:
+            return None
+        got = _kind(req.finished_reason)
+        return "abort" if got is None and r in self.echoed[side] else got
 
     def observe(self) -> Dict[str, Any]:
         out = {"p": [], "d": [], "p_room": [], "d_room": []}
@@ -725,18 +946,25 @@ class Rig:
             preq, dreq = self.p_req[r], self.d_req[r]
             out["p"].append({"stage": self._p_stage(r),
                              "to_finish": None if preq is None else _kind(preq.to_finish),
-                             "finished": None if preq is None else _kind(preq.finished_reason),
-                             "answer": self.p_answer[r], "rejected": self.p_rejected[r]})
+                             "finished": self._finished(preq, r, "p"),
+                             "answer": self.p_answer[r], "rejected": self.p_rejected[r],
+                             "crashed": self.crashed["p"][r]})
             dstage = self._d_stage(r)
             out["d"].append({"stage": dstage,
                              "to_finish": None if dreq is None else _kind(dreq.to_finish),
-                             "finished": None if dreq is None else _kind(dreq.finished_reason),
+                             "finished": self._finished(dreq, r, "d"),
                              "pages": [] if dreq is None else self.d_pool.model_pages(dreq),
-                             "answer": self.d_answer[r], "rejected": self.d_rejected[r]})
+                             "answer": self.d_answer[r], "rejected": self.d_rejected[r],
+                             "crashed": self.crashed["d"][r]})
             out["p_room"].append(kvadapter.poll_name(self.p_mgr.request_status.get(self.rooms[r])))
             out["d_room"].append(kvadapter.poll_name(self.d_mgr.request_status.get(self.rooms[r])))
         out["writers"] = [self.d_pool.writer(p) for p in range(self.d_pool.pages)]
         return out
+
+
+def _probe_enabled() -> bool:
+    flag = getattr(mc.envs, "SGLANG_ENABLE_FAILED_SESSION_PROBE", None)
+    return bool(flag is not None and flag.get())
 
 
 def _default_allocation_policy() -> Optional[str]:
@@ -769,7 +997,10 @@ def _alloc_n(pool: Pool) -> bool:
 
 STEPS = ("p_intake", "d_intake", "p_door", "d_door", "d_prealloc", "p_recv_metadata",
          "p_pop_bootstrapped", "p_forward", "p_result", "p_inflight", "xfer_dequeue",
-         "xfer_write", "d_recv_status", "d_transferred", "d_attend", "d_respond")
+         "xfer_write", "d_recv_status", "d_transferred", "d_attend", "d_respond",
+         "p_abort", "d_abort", "p_recv_abort", "d_recv_ack", "d_poll_popped_room",
+         "d_unexpected_poll", "p_unexpected_poll", "d_prealloc_drop", "d_deferred_timeout",
+         "p_req_waiting_timeout", "xfer_fail", "xfer_stray_lands")
 
 
 def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
@@ -780,10 +1011,12 @@ def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
     rig.seen_d = [False] * rig.n
     observations = [rig.observe()]
     stop = None
+    landed: List[int] = []
     with rig.stack:
         rig._patches()
         for i, step in enumerate(trace["steps"], start=1):
             name, r = step["action"], step["rid"]
+            before = len(rig.engine.writes)
             if name not in STEPS:
                 stop = {"step": i, "why": "not-driven", "detail": f"no real driver for {name}"}
                 break
@@ -800,5 +1033,7 @@ def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
             if name == "d_door":
                 rig.seen_d[r] = True
             observations.append(rig.observe())
+            landed = rig.d_pool.pages_at([d for _, d, _ in rig.engine.writes[before:]])
+        final = rig.final(landed)
     rig.gate.close()
-    return {"observations": observations, "stop": stop}
+    return {"observations": observations, "stop": stop, "final": final}

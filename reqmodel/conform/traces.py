@@ -40,16 +40,21 @@ def _poll(p) -> Optional[str]:
     return None if p is None else p.name
 
 
+def _answer(status: Optional[int]) -> Optional[str]:
+    return None if status is None else "ok" if status == 200 else "error"
+
+
 def project(state) -> Dict[str, Any]:
     """What the rig observes, as the model's state says it."""
     out: Dict[str, Any] = {"p": [], "d": [], "p_room": [], "d_room": []}
     for r, (p, d) in enumerate(zip(state.p, state.d)):
         out["p"].append({"stage": _P_STAGES[p.stage], "to_finish": _kind(p.to_finish),
-                         "finished": _kind(p.finished_reason), "answer": p.answer,
-                         "rejected": p.rejected})
+                         "finished": _kind(p.finished_reason), "answer": _answer(p.answer),
+                         "rejected": p.rejected, "crashed": p.crashed})
         out["d"].append({"stage": _D_STAGES[d.stage], "to_finish": _kind(d.to_finish),
                          "finished": _kind(d.finished_reason), "pages": list(d.pages),
-                         "answer": d.answer, "rejected": d.rejected})
+                         "answer": _answer(d.answer), "rejected": d.rejected,
+                         "crashed": d.crashed})
         out["p_room"].append(_poll(state.rooms[state.room_index(r, 0)].status))
         out["d_room"].append(_poll(state.d_rooms[state.room_slot(r)].status))
     out["writers"] = [pg.writer for pg in state.d_pages]
@@ -71,6 +76,8 @@ def unsupported(loaded) -> Optional[str]:
         return "hybrid Mamba state"
     if sc.optimistic_prefill_attempts:
         return "optimistic prefill"
+    if sc.transfer_queues != "shared":
+        return "one transfer queue per request (several prefill instances)"
     if sc.result_timing != "loop":
         return f"result timing {sc.result_timing}"
     return None
@@ -176,7 +183,7 @@ def judge(prep: Prepared, answer: Optional[dict]) -> Result:
         return Result(name, prep.path, len(steps), stop["step"] - 1, False,
                       {"step": stop["step"], "action": st.action, "rid": st.rid,
                        "why": stop["why"], "detail": stop["detail"]})
-    ok = violated(prep.loaded, steps, observed[-1])
+    ok = violated(prep.loaded, steps, observed[-1], answer.get("final") or {})
     if ok is None:
         return Result(name, prep.path, len(steps), len(steps), False,
                       {"step": len(steps), "action": steps[-1].action, "rid": steps[-1].rid,
@@ -217,7 +224,7 @@ def _model_states(loaded):
     return got
 
 
-def _foreign_read(steps, final: dict) -> Optional[bool]:
+def _foreign_read(steps, final: dict, facts: dict) -> Optional[bool]:
     last = steps[-1]
     if last.action != "d_attend":
         return False
@@ -225,29 +232,67 @@ def _foreign_read(steps, final: dict) -> Optional[bool]:
     return any(final["writers"][p] not in (None, last.rid) for p in pages)
 
 
-def _rejected_succeeded(steps, final: dict) -> Optional[bool]:
+def _rejected_succeeded(steps, final: dict, facts: dict) -> Optional[bool]:
     for p, d in zip(final["p"], final["d"]):
-        if (p["rejected"] and p["answer"] == 200) or (d["rejected"] and d["answer"] == 200):
+        if (p["rejected"] and p["answer"] == "ok") or (d["rejected"] and d["answer"] == "ok"):
             return True
-        if (p["rejected"] or d["rejected"]) and d["answer"] == 200:
+        if (p["rejected"] or d["rejected"]) and d["answer"] == "ok":
             return True
     return False
 
 
-def _abort_overwritten(steps, final: dict) -> Optional[bool]:
+def _abort_overwritten(steps, final: dict, facts: dict) -> Optional[bool]:
     return any(x["to_finish"] == "abort" and x["finished"] not in (None, "abort")
                for x in final["p"] + final["d"])
+
+
+def _crashed(steps, final: dict, facts: dict) -> Optional[bool]:
+    """The last step's real call raised what kills the scheduler."""
+    return any(x["crashed"] for x in final["p"] + final["d"])
+
+
+def _room_left(steps, final: dict, facts: dict) -> Optional[bool]:
+    """A room every user of which is gone on both workers, with nothing of
+    it on the wire, still has an entry in a KV manager."""
+    n = len(final["p"])
+    rooms = facts["rooms"]
+    for room in set(rooms):
+        users = [r for r in range(n) if rooms[r] == room]
+        if any(final["p"][r]["stage"] != "gone" or final["d"][r]["stage"] != "gone"
+               for r in users):
+            continue
+        if any(facts["room_on_wire"][r] for r in users):
+            continue
+        if any(facts["room_left"][r] for r in users):
+            return True
+    return False
+
+
+def _write_into_reused(steps, final: dict, facts: dict) -> Optional[bool]:
+    """The last step's write landed in a decode page another request owns."""
+    writer = steps[-1].rid
+    owner = {p: r for r, d in enumerate(final["d"]) for p in d["pages"]}
+    return any(owner.get(p, writer) != writer for p in facts["landed"])
 
 
 # property -> how its violation is read on the rig's observation after the
 # last step; a property not here is not read on the real objects (yet)
 READERS = {"no-foreign-kv-read": _foreign_read,
            "rejected-never-succeeds": _rejected_succeeded,
-           "pending-abort-not-overwritten": _abort_overwritten}
+           "pending-abort-not-overwritten": _abort_overwritten,
+           "no-scheduler-crash": _crashed, "no-poll-of-popped-room": _crashed,
+           "room-state-released": _room_left,
+           "no-reuse-during-inflight-write": _write_into_reused}
 
 
-def violated(loaded, steps, final: dict) -> Optional[bool]:
+def violated(loaded, steps, final: dict, facts: dict) -> Optional[bool]:
     """The property's violation, read from the real objects; None when the
     rig has no reader for the property."""
     read = READERS.get(loaded.property.name)
-    return None if read is None else read(steps, final)
+    facts = dict(facts, rooms=loaded_initial_rooms(loaded))
+    return None if read is None else read(steps, final, facts)
+
+
+def loaded_initial_rooms(loaded) -> List[int]:
+    s0 = loaded_initial(loaded)
+    return [s0.room_slot(r) for r in range(loaded.scenario.n)]
