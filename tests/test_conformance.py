@@ -426,7 +426,7 @@ def test_no_corpus_trace_departs_from_its_own_release_code():
             d = r.divergence
             assert (d["why"], d["action"]) == ("state", "xfer_dequeue")
             assert d["differs"]["p_room"]["real"][d["rid"]] == "Failed"
-    assert sum(r.reproduced for r in results) >= 90
+    assert sum(r.reproduced for r in results) >= 170
 
 
 def test_with_the_failed_session_probe_the_late_write_reproduces(monkeypatch):
@@ -445,3 +445,35 @@ def test_every_no_foreign_kv_read_trace_the_rig_drives_reproduces():
     driven = [r for r in results if r.divergence is None or r.divergence["why"] != "not-driven"]
     assert len(driven) >= 5
     assert all(r.reproduced for r in driven), [r.trace for r in driven if not r.reproduced]
+
+
+def _settle_after(rel, steps):
+    from reqmodel.conform import traces
+    prep = traces.prepare(INCIDENT, releases.get(rel))
+    request = dict(prep.request, settle=True,
+                   steps=[{"action": a, "rid": r, "params": {}} for a, r in steps])
+    answer = conform.drive_traces(ROOT, rel, [request])[0]
+    assert answer["stop"] is None
+    return answer["final"]["settled"]
+
+
+def test_settling_answers_a_valid_request_end_to_end_on_the_real_code():
+    """The liveness reading is not vacuous: left to their own steps, the real
+    workers take a valid request from intake to both answers, and its KV
+    lands in decode's page."""
+    got = _settle_after("0.5.23", [("p_intake", 1), ("d_intake", 1)])
+    assert got["quiet"] and got["crash"] is None
+    p, d = got["observation"]["p"][1], got["observation"]["d"][1]
+    assert (p["stage"], p["answer"], d["stage"], d["answer"]) == ("gone", "ok", "gone", "ok")
+    assert got["observation"]["writers"][0] == 1
+
+
+def test_a_prompt_prefill_rejects_leaves_decode_waiting_from_0_5_21():
+    """The door fix ends the stub on prefill; decode, which admitted the
+    prompt, holds its pages waiting for a transfer that never comes (the
+    answered-without-timeout finding on 0.5.21+), on the real code."""
+    got = _settle_after("0.5.23", [("p_intake", 0), ("d_intake", 0)])
+    assert got["quiet"] and got["crash"] is None
+    p, d = got["observation"]["p"][0], got["observation"]["d"][0]
+    assert (p["stage"], p["answer"]) == ("gone", "error")
+    assert d["stage"] == "transfer" and d["answer"] is None and d["pages"]

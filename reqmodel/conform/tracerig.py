@@ -346,7 +346,8 @@ class Rig:
         # whether each side's intake rejected the request (validate_input_length)
         self.p_rejected = [False] * self.n
         self.echoed = {"p": set(), "d": set()}
-        self.crashed = {"p": [False] * self.n, "d": [False] * self.n}  # requests answered by an abort echo
+        self.crashed = {"p": [False] * self.n, "d": [False] * self.n}
+        self.abort_reached = {"p": set(), "d": set()}  # the client's abort reached it  # requests answered by an abort echo
         self.d_rejected = [False] * self.n
         self.d_gone: set = set()
         self.p_inbox: List[List[bytes]] = []
@@ -758,10 +759,12 @@ class Rig:
     def p_abort(self, r, params):
         """The client's abort reaching prefill: the real ``abort_request``."""
         self._abort(self.p_sched, r)
+        self.abort_reached["p"].add(r)
 
     def d_abort(self, r, params):
         """The client's abort reaching decode: the real ``abort_request``."""
         self._abort(self.d_sched, r)
+        self.abort_reached["d"].add(r)
 
     def p_recv_abort(self, r, params):
         room = str(self.rooms[r]).encode()
@@ -844,6 +847,7 @@ class Rig:
         from sglang.srt.managers.io_struct import AbortReq
         self.p_sched.abort_request(AbortReq(rid=f"r{r}",
                                             abort_message="Request waiting timeout reached."))
+        self.abort_reached["p"].add(r)
 
     def xfer_fail(self, r, params):
         """With r's write in flight, its batch times out (the engine returns
@@ -930,7 +934,75 @@ class Rig:
             wire.append(any(name in f[:2] for f in live)
                         or any(c.room == room for c in self.gate.items)
                         or self.gate.at_engine() or bool(self.engine.stray))
-        return {"room_left": left, "room_on_wire": wire, "landed": landed}
+        return {"room_left": left, "room_on_wire": wire, "landed": landed,
+                "abort_reached": {k: sorted(v) for k, v in self.abort_reached.items()}}
+
+    # ------------------------------------------------------------- settle
+    def settle(self, rounds: int = 12) -> Dict[str, Any]:
+        """Run both workers' own steps, without any timeout or client
+        action, until nothing changes: every message delivered, every
+        queued chunk written, every scan of both schedulers' loops run on
+        its whole queue, every prefilled request forwarded and its result
+        processed, every committed request decoded and answered.  What the
+        liveness properties' counterexamples claim is that here some request
+        stays unanswered (or held after its abort) until a timeout."""
+        last = self.observe()
+        for k in range(1, rounds + 1):
+            try:
+                self._own_round()
+            except Exception as e:  # a scheduler died: nobody waits any more
+                return {"rounds": k, "crash": _error(e), "observation": self.observe()}
+            now = self.observe()
+            if now == last:
+                return {"rounds": k, "crash": None, "observation": now, "quiet": True}
+            last = now
+        return {"rounds": rounds, "crash": None, "observation": last, "quiet": False}
+
+    def _try(self, step, r):
+        try:
+            getattr(self, step)(r, {})
+        except Diverged:
+            pass
+
+    def _own_round(self):
+        for frame in list(self.p_inbox):
+            if frame[0] != b"None":
+                self.p_inbox.remove(frame)
+                regs = [f for f in self.p_inbox if f[0] == b"None"]
+                self.p_inbox = [f for f in self.p_inbox if f[0] != b"None"]
+                self._run_thread(self.p_mgr, "start_prefill_thread", regs + [frame])
+        for frame in list(self.d_inbox):
+            self.d_inbox.remove(frame)
+            self._run_thread(self.d_mgr, "start_decode_thread", [frame])
+        self.t_queue.resolve_deferred_releases()
+        while not self.gate.empty():
+            self.gate.dequeue()
+            self.gate.write()
+        for r in range(self.n):
+            stage = self._p_stage(r)
+            if stage == "door":
+                self.p_door(r, {})
+                self.seen_p[r] = True
+            elif stage == "bootstrap":
+                self._try("p_pop_bootstrapped", r)
+            elif stage == "waiting":
+                self._try("p_forward", r)
+            elif stage == "forwarded":
+                self._try("p_result", r)
+            elif stage == "inflight":
+                self._try("p_inflight", r)
+            dstage = self._d_stage(r)
+            if dstage == "door":
+                self.d_door(r, {})
+                self.seen_d[r] = True
+            elif dstage == "prealloc":
+                self._try("d_prealloc", r)
+            elif dstage == "transfer":
+                self._try("d_transferred", r)
+            elif dstage == "waiting":
+                self._try("d_attend", r)
+            elif dstage == "running":
+                self._try("d_respond", r)
 
     def _finished(self, req, r, side) -> Optional[str]:
         """The request's finish: its ``finished_reason``, or an abort when
@@ -1035,5 +1107,7 @@ def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
             observations.append(rig.observe())
             landed = rig.d_pool.pages_at([d for _, d, _ in rig.engine.writes[before:]])
         final = rig.final(landed)
+        if stop is None and trace.get("settle"):
+            final["settled"] = rig.settle()
     rig.gate.close()
     return {"observations": observations, "stop": stop, "final": final}

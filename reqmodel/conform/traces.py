@@ -157,6 +157,7 @@ def prepare(path: str, release: Optional[Release] = None) -> Prepared:
         return Prepared(str(path), loaded, real, [], None, why)
     states, _events, _stopped = _model_states(loaded)
     request = {"config": config(loaded, real),
+               "settle": loaded.property.name in SETTLED,
                "steps": [{"action": st.action, "rid": st.rid, "params": _params(st)}
                          for st in loaded.steps]}
     return Prepared(str(path), loaded, real, [project(s) for s in states], request, None)
@@ -183,7 +184,7 @@ def judge(prep: Prepared, answer: Optional[dict]) -> Result:
         return Result(name, prep.path, len(steps), stop["step"] - 1, False,
                       {"step": stop["step"], "action": st.action, "rid": st.rid,
                        "why": stop["why"], "detail": stop["detail"]})
-    ok = violated(prep.loaded, steps, observed[-1], answer.get("final") or {})
+    ok = violated(prep.loaded, steps, observed[-2], observed[-1], answer.get("final") or {})
     if ok is None:
         return Result(name, prep.path, len(steps), len(steps), False,
                       {"step": len(steps), "action": steps[-1].action, "rid": steps[-1].rid,
@@ -224,7 +225,7 @@ def _model_states(loaded):
     return got
 
 
-def _foreign_read(steps, final: dict, facts: dict) -> Optional[bool]:
+def _foreign_read(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
     last = steps[-1]
     if last.action != "d_attend":
         return False
@@ -232,7 +233,7 @@ def _foreign_read(steps, final: dict, facts: dict) -> Optional[bool]:
     return any(final["writers"][p] not in (None, last.rid) for p in pages)
 
 
-def _rejected_succeeded(steps, final: dict, facts: dict) -> Optional[bool]:
+def _rejected_succeeded(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
     for p, d in zip(final["p"], final["d"]):
         if (p["rejected"] and p["answer"] == "ok") or (d["rejected"] and d["answer"] == "ok"):
             return True
@@ -241,17 +242,17 @@ def _rejected_succeeded(steps, final: dict, facts: dict) -> Optional[bool]:
     return False
 
 
-def _abort_overwritten(steps, final: dict, facts: dict) -> Optional[bool]:
+def _abort_overwritten(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
     return any(x["to_finish"] == "abort" and x["finished"] not in (None, "abort")
                for x in final["p"] + final["d"])
 
 
-def _crashed(steps, final: dict, facts: dict) -> Optional[bool]:
+def _crashed(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
     """The last step's real call raised what kills the scheduler."""
     return any(x["crashed"] for x in final["p"] + final["d"])
 
 
-def _room_left(steps, final: dict, facts: dict) -> Optional[bool]:
+def _room_left(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
     """A room every user of which is gone on both workers, with nothing of
     it on the wire, still has an entry in a KV manager."""
     n = len(final["p"])
@@ -268,11 +269,102 @@ def _room_left(steps, final: dict, facts: dict) -> Optional[bool]:
     return False
 
 
-def _write_into_reused(steps, final: dict, facts: dict) -> Optional[bool]:
+def _write_into_reused(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
     """The last step's write landed in a decode page another request owns."""
     writer = steps[-1].rid
     owner = {p: r for r, d in enumerate(final["d"]) for p in d["pages"]}
     return any(owner.get(p, writer) != writer for p in facts["landed"])
+
+
+_POLL_ORDER = {"Failed": 0, "Bootstrapping": 1, "WaitingForInput": 2, "Transferring": 3,
+               "Success": 4}
+_ACQUIRING = {"p": ("bootstrap", "waiting", "forwarded", "inflight"),
+              "d": ("prealloc", "transfer")}
+
+
+def _side(action: str) -> str:
+    return "d" if action.startswith("d_") else "p"
+
+
+def _status_backwards(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
+    """A prefill room's real status moved down the KVPoll order (not to
+    Failed), or off Failed, in the last step."""
+    for old, new in zip(prev["p_room"], final["p_room"]):
+        if old is None or new is None or old == new:
+            continue
+        if old == "Failed" or (_POLL_ORDER[new] < _POLL_ORDER[old] and new != "Failed"):
+            return True
+    return False
+
+
+def _aborted_preallocated(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
+    """The last step preallocated real pages for a request whose real Req
+    carried an abort verdict."""
+    last = steps[-1]
+    if last.action != "d_prealloc":
+        return False
+    before = prev["d"][last.rid]
+    return bool(final["d"][last.rid]["pages"]) and "abort" in (before["to_finish"],
+                                                                before["finished"])
+
+
+def _rejected_acquired(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
+    """The last step gave a request its worker's intake rejected a sender,
+    receiver, metadata buffer, pages or a forward pass there."""
+    last = steps[-1]
+    side = _side(last.action)
+    before, after = prev[side][last.rid], final[side][last.rid]
+    if not after["rejected"]:
+        return False
+    moved = after["stage"] != before["stage"] and after["stage"] in _ACQUIRING[side]
+    return moved or len(after.get("pages", [])) > len(before.get("pages", []))
+
+
+def _abort_not_honoured(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
+    """After the client's abort reached the worker's real ``abort_request``
+    with the request unfinished there, the last step answered it 200, or ran
+    a forward pass for it while its Req carries no abort verdict."""
+    last = steps[-1]
+    side = _side(last.action)
+    r = last.rid
+    if r not in facts["abort_reached"][side] or last.action in ("p_abort", "d_abort"):
+        return False
+    before, after = prev[side][r], final[side][r]
+    if before["answer"] is None and after["answer"] == "ok":
+        return True
+    forward = last.action in ("p_forward", "d_attend")
+    return forward and "abort" not in (before["to_finish"], before["finished"])
+
+
+def _hang(pending):
+    def read(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
+        got = facts.get("settled")
+        if not got or got["crash"] or not got.get("quiet"):
+            return False  # a crash answers everyone (with an error); still moving
+        obs = got["observation"]
+        return any(pending(obs, r, facts) for r in range(len(obs["p"])))
+    return read
+
+
+def _waits(obs: dict, r: int, facts: dict) -> bool:
+    """The client waits for request r: it reached a worker, both workers
+    have not answered it, and its abort reached neither."""
+    p, d = obs["p"][r], obs["d"][r]
+    arrived = p["stage"] != "absent" or d["stage"] != "absent"
+    aborted = r in facts["abort_reached"]["p"] or r in facts["abort_reached"]["d"]
+    return arrived and not aborted and (p["answer"] is None or d["answer"] is None)
+
+
+def _held_after_abort(obs: dict, r: int, facts: dict) -> bool:
+    """Request r's abort reached a worker and a worker has not ended it."""
+    aborted = r in facts["abort_reached"]["p"] or r in facts["abort_reached"]["d"]
+    return aborted and not (obs["p"][r]["stage"] == "gone" and obs["d"][r]["stage"] == "gone")
+
+
+# liveness properties: read by letting both workers run their own steps on
+# the real objects until nothing changes (``Rig.settle``)
+SETTLED = {"answered-without-timeout": _waits,
+           "abort-released-without-timeout": _held_after_abort}
 
 
 # property -> how its violation is read on the rig's observation after the
@@ -282,15 +374,20 @@ READERS = {"no-foreign-kv-read": _foreign_read,
            "pending-abort-not-overwritten": _abort_overwritten,
            "no-scheduler-crash": _crashed, "no-poll-of-popped-room": _crashed,
            "room-state-released": _room_left,
-           "no-reuse-during-inflight-write": _write_into_reused}
+           "no-reuse-during-inflight-write": _write_into_reused,
+           "transfer-status-monotone": _status_backwards,
+           "aborted-not-preallocated": _aborted_preallocated,
+           "reject-acquires-nothing": _rejected_acquired,
+           "client-abort-honoured": _abort_not_honoured,
+           **{name: _hang(pending) for name, pending in SETTLED.items()}}
 
 
-def violated(loaded, steps, final: dict, facts: dict) -> Optional[bool]:
+def violated(loaded, steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
     """The property's violation, read from the real objects; None when the
     rig has no reader for the property."""
     read = READERS.get(loaded.property.name)
     facts = dict(facts, rooms=loaded_initial_rooms(loaded))
-    return None if read is None else read(steps, final, facts)
+    return None if read is None else read(steps, prev, final, facts)
 
 
 def loaded_initial_rooms(loaded) -> List[int]:
