@@ -477,3 +477,20 @@ def test_a_prompt_prefill_rejects_leaves_decode_waiting_from_0_5_21():
     p, d = got["observation"]["p"][0], got["observation"]["d"][0]
     assert (p["stage"], p["answer"]) == ("gone", "error")
     assert d["stage"] == "transfer" and d["answer"] is None and d["pages"]
+
+
+def test_conform_trace_json_names_the_divergence_side_by_side():
+    from click.testing import CliRunner
+    from reqmodel.cli.commands import cli
+    res = CliRunner().invoke(cli, ["conform", "--trace", INCIDENT, "--release", "0.5.19,0.5.21",
+                                   "--json"])
+    assert res.exit_code == 0, res.output
+    got = {r["release"]: r for r in json.loads(res.output)["results"]}
+    assert set(got) == {"0.5.19", "0.5.21"}
+    assert got["0.5.19"]["reproduced"] and got["0.5.19"]["steps"] == 29
+    div = got["0.5.21"]["divergence"]
+    assert (div["step"], div["action"]) == (5, "p_door")
+    assert div["differs"]["p[0].stage"] == {"model": "bootstrap", "real": "gone"}
+    # without --release, the trace runs on its own release's code
+    res = CliRunner().invoke(cli, ["conform", "--trace", INCIDENT, "--json"])
+    assert [r["release"] for r in json.loads(res.output)["results"]] == ["0.5.19"]

@@ -347,7 +347,8 @@ class Rig:
         self.p_rejected = [False] * self.n
         self.echoed = {"p": set(), "d": set()}
         self.crashed = {"p": [False] * self.n, "d": [False] * self.n}
-        self.abort_reached = {"p": set(), "d": set()}  # the client's abort reached it  # requests answered by an abort echo
+        self.abort_reached = {"p": set(), "d": set()}  # the client's abort reached it
+        self.last_commit: Optional[Dict[str, Any]] = None  # requests answered by an abort echo
         self.d_rejected = [False] * self.n
         self.d_gone: set = set()
         self.p_inbox: List[List[bytes]] = []
@@ -728,11 +729,19 @@ class Rig:
         q = self.t_queue
         req = self.d_req[r]
         full, mine = self._only(q, "queue", lambda e: e.req is req)
+        # what a commit would rest on, read before the real code frees the
+        # slot: the room prefill's aux wrote into the request's metadata
+        # slot, and whether each reserved page holds this request's bytes
+        idx = mine[0].metadata_buffer_index
+        slot_room = None if idx is None or idx < 0 else int(self.d_meta.bootstrap_room[idx, 0])
+        covered = all(self.d_pool.writer(pg) == r for pg in self.d_pool.model_pages(req))
         try:
             done = q.pop_transferred()
         finally:
             self._restore(q, "queue", full, mine)
         self.d_sched.waiting_queue.extend(done)
+        self.last_commit = {"rid": r, "committed": req in done,
+                            "room_ok": slot_room == self.rooms[r], "covered": covered}
 
     def d_attend(self, r, params):
         req = self.d_req[r]
@@ -935,6 +944,7 @@ class Rig:
                         or any(c.room == room for c in self.gate.items)
                         or self.gate.at_engine() or bool(self.engine.stray))
         return {"room_left": left, "room_on_wire": wire, "landed": landed,
+                "commit": self.last_commit,
                 "abort_reached": {k: sorted(v) for k, v in self.abort_reached.items()}}
 
     # ------------------------------------------------------------- settle

@@ -336,6 +336,17 @@ def _abort_not_honoured(steps, prev: dict, final: dict, facts: dict) -> Optional
     return forward and "abort" not in (before["to_finish"], before["finished"])
 
 
+def _foreign_commit(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
+    """The last step committed the request on metadata of another room, or
+    with reserved pages its transfer did not write (read on the real slot
+    and pages just before ``pop_transferred``)."""
+    got = facts.get("commit")
+    last = steps[-1]
+    if last.action != "d_transferred" or not got or got["rid"] != last.rid:
+        return False
+    return got["committed"] and not (got["room_ok"] and got["covered"])
+
+
 def _hang(pending):
     def read(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
         got = facts.get("settled")
@@ -379,6 +390,7 @@ READERS = {"no-foreign-kv-read": _foreign_read,
            "aborted-not-preallocated": _aborted_preallocated,
            "reject-acquires-nothing": _rejected_acquired,
            "client-abort-honoured": _abort_not_honoured,
+           "metadata-integrity": _foreign_commit,
            **{name: _hang(pending) for name, pending in SETTLED.items()}}
 
 
