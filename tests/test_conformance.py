@@ -494,3 +494,15 @@ def test_conform_trace_json_names_the_divergence_side_by_side():
     # without --release, the trace runs on its own release's code
     res = CliRunner().invoke(cli, ["conform", "--trace", INCIDENT, "--json"])
     assert [r["release"] for r in json.loads(res.output)["results"]] == ["0.5.19"]
+
+
+def test_the_corpus_table_in_the_notes_is_current():
+    """notes/conformance.md accounts for every corpus trace, as replayed now
+    (python tools/trace_table.py rewrites it)."""
+    import pathlib
+    import sys
+    sys.path.insert(0, str(pathlib.Path("tools").resolve()))
+    import trace_table
+    results = corpus_on_own_release()
+    assert len(results) == len(list(pathlib.Path("counterexamples").glob("0.5.*/*.itf.json")))
+    assert trace_table.section(trace_table.NOTES.read_text()) == trace_table.table(results)
