@@ -126,33 +126,28 @@ class Outcome:
                 "seconds": round(self.seconds, 2), "seams": self.seams}
 
 
-def drive(root: pathlib.Path, release: str, worker_cases: List[dict]) -> dict:
-    """Run the worker for ``release`` on ``worker_cases``; its JSON answer."""
+def _worker(root: pathlib.Path, release: str, request: dict) -> dict:
+    """Run the worker for ``release`` on one request; its JSON answer."""
     require(root, release)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree(root, release)), str(HERE)]),
                PYTHONNOUSERSITE="1")
     res = subprocess.run([str(python(root)), str(HERE / "worker.py")],
-                         input=json.dumps({"cases": worker_cases}), capture_output=True,
-                         text=True, env=env)
+                         input=json.dumps(request), capture_output=True, text=True, env=env)
     if res.returncode != 0 or not res.stdout.strip():
         last = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise ConformError(f"the sglang {release} worker failed: {last}")
     return json.loads(res.stdout)
 
 
+def drive(root: pathlib.Path, release: str, worker_cases: List[dict]) -> dict:
+    """Run the worker for ``release`` on ``worker_cases``; its JSON answer."""
+    return _worker(root, release, {"cases": worker_cases})
+
+
 def drive_traces(root: pathlib.Path, release: str, traces: List[dict]) -> List[dict]:
     """Run the worker for ``release`` on whole traces (``tracerig.py``), one
     fresh set of real objects each; the replay of each."""
-    require(root, release)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree(root, release)), str(HERE)]),
-               PYTHONNOUSERSITE="1")
-    res = subprocess.run([str(python(root)), str(HERE / "worker.py")],
-                         input=json.dumps({"traces": traces}), capture_output=True,
-                         text=True, env=env)
-    if res.returncode != 0 or not res.stdout.strip():
-        last = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ConformError(f"the sglang {release} worker failed: {last}")
-    return json.loads(res.stdout)["replays"]
+    return _worker(root, release, {"traces": traces})["replays"]
 
 
 def compare(cases, answer: dict) -> List[Mismatch]:

@@ -759,6 +759,20 @@ class _NaiveExtend:
         return launch
 
 
+def prealloc_scheduler():
+    """The decode scheduler the prealloc scan reads: empty running batch and
+    waiting queue, no priority scheduling, hicache, LoRA or radix cache."""
+    s = door_scheduler()
+    s.running_batch = types.SimpleNamespace(reqs=[])
+    s.waiting_queue = []
+    s.last_batch = None
+    s.enable_priority_scheduling = False
+    s.enable_decode_hicache = False
+    s.enable_lora = False
+    s.server_args = types.SimpleNamespace(disaggregation_decode_enable_radix_cache=False)
+    return s
+
+
 def decode_prealloc(case: Dict[str, Any]) -> Dict[str, Any]:
     """D2 ``DecodePreallocQueue.pop_preallocated`` on the whole prealloc
     queue of one decode rank: the real handshake poll
@@ -770,14 +784,7 @@ def decode_prealloc(case: Dict[str, Any]) -> Dict[str, Any]:
     case is about; rooms are labels (``"0"``, ``"1"``...) for real rooms."""
     from sglang.srt.disaggregation.base.conn import KVPoll
     from sglang.srt.mem_cache.allocator import paged
-    s = door_scheduler()
-    s.running_batch = types.SimpleNamespace(reqs=[])
-    s.waiting_queue = []
-    s.last_batch = None
-    s.enable_priority_scheduling = False
-    s.enable_decode_hicache = False
-    s.enable_lora = False
-    s.server_args = types.SimpleNamespace(disaggregation_decode_enable_radix_cache=False)
+    s = prealloc_scheduler()
     q = decode_queue(s, case["buffers"])
     _prealloc_pools(q, case)
     q.num_reserved_decode_tokens = 0  # --num-reserved-decode-tokens 0

@@ -417,15 +417,8 @@ class Rig:
             attn_cp_size=1, dp_size=1, pp_size=1, is_dummy=False,
             # 0.5.22+ checks both roles run one policy; the default on both
             decode_allocation_policy=_default_allocation_policy())
-        s = adapter.door_scheduler()
+        s = adapter.prealloc_scheduler()
         s.output_streamer = self._stream_spy(self.d_answer, "d")
-        s.running_batch = types.SimpleNamespace(reqs=[])
-        s.waiting_queue = []
-        s.last_batch = None
-        s.enable_priority_scheduling = False
-        s.enable_decode_hicache = False
-        s.enable_lora = False
-        s.server_args = types.SimpleNamespace(disaggregation_decode_enable_radix_cache=False)
         s.metrics_reporter = types.SimpleNamespace(enable_metrics=False)
         s.batch_result_processor = mock.MagicMock()
         s.spec_algorithm = types.SimpleNamespace(is_none=lambda: True, is_eagle=lambda: False)
@@ -605,22 +598,25 @@ class Rig:
         kept = getattr(queue_owner, attr)
         setattr(queue_owner, attr, [e for e in full if e not in mine or e in kept])
 
-    def d_prealloc(self, r, params):
+    def _prealloc_scan(self, r):
+        """Decode's prealloc scan for request r: its first call, the
+        handshake, polls the whole queue (as the model's ``d_prealloc``
+        does); then ``pop_preallocated`` runs on the request."""
         q = self.d_queue
         req = self.d_req[r]
-        self._choose_pages(self.d_pool, params.get("pages"))
-        # the scan's first call, the handshake, polls the whole queue (as
-        # the model's d_prealloc does); then the scan runs on the request
         q._update_handshake_waiters()
         full, mine = self._only(q, "queue", lambda e: e.req is req)
         try:
-            done, failed = q.pop_preallocated()
+            return q.pop_preallocated()
         finally:
             self._restore(q, "queue", full, mine)
+
+    def d_prealloc(self, r, params):
+        self._choose_pages(self.d_pool, params.get("pages"))
+        done, failed = self._prealloc_scan(r)
         if not done:
             raise Diverged(f"pop_preallocated did not preallocate it ({len(failed)} failed)")
-        self.t_queue.extend(done) if hasattr(self.t_queue, "extend") else \
-            self.t_queue.queue.extend(done)
+        self.t_queue.extend(done)  # the event loop's glue (dc 19:2693)
 
     @staticmethod
     def _choose_pages(pool: Pool, pages: Optional[List[int]]):
@@ -830,14 +826,7 @@ class Rig:
         self._crash("p", r, call, RuntimeError, "Unexpected poll state")
 
     def d_prealloc_drop(self, r, params):
-        q = self.d_queue
-        req = self.d_req[r]
-        q._update_handshake_waiters()
-        full, mine = self._only(q, "queue", lambda e: e.req is req)
-        try:
-            done, failed = q.pop_preallocated()
-        finally:
-            self._restore(q, "queue", full, mine)
+        done, failed = self._prealloc_scan(r)
         if done or not failed:
             raise Diverged("pop_preallocated did not drop it")
 
