@@ -348,7 +348,10 @@ class Rig:
         self.echoed = {"p": set(), "d": set()}
         self.crashed = {"p": [False] * self.n, "d": [False] * self.n}
         self.abort_reached = {"p": set(), "d": set()}  # the client's abort reached it
-        self.last_commit: Optional[Dict[str, Any]] = None  # requests answered by an abort echo
+        self.last_commit: Optional[Dict[str, Any]] = None
+        # id(frame) -> (frame, the request whose step sent it); the frame is
+        # kept so that its id is not reused
+        self.sent_by: Dict[int, tuple] = {}  # requests answered by an abort echo
         self.d_rejected = [False] * self.n
         self.d_gone: set = set()
         self.p_inbox: List[List[bytes]] = []
@@ -933,8 +936,31 @@ class Rig:
                         or any(c.room == room for c in self.gate.items)
                         or self.gate.at_engine() or bool(self.engine.stray))
         return {"room_left": left, "room_on_wire": wire, "landed": landed,
+                "held_without_ack": self._held_without_ack(),
                 "commit": self.last_commit,
                 "abort_reached": {k: sorted(v) for k, v in self.abort_reached.items()}}
+
+    def _held_without_ack(self) -> List[bool]:
+        """Per request: decode holds it for a drain ack that prefill, which
+        has handled its ABORT and drained the room (not poisoned, nothing
+        outstanding), has not sent and decode has not counted."""
+        p, d = self.p_mgr, self.d_mgr
+        out = []
+        for r, room in enumerate(self.rooms):
+            req = self.d_req[r]
+            held = req is not None and any(e[0].req is req for e in self.t_queue._deferred_releases)
+            tracker = d._deferred_abort_ack_tracker.get(room)
+            acks = getattr(tracker, "prefill_ranks", tracker) or set()
+            name = str(room).encode()
+            # an ABORT is this request's when its own step sent it (the
+            # frame names the room only)
+            pending = (any(f[0] == b"ABORT" and f[1] == name and self.sent_by.get(id(f), (None, None))[1] == r
+                           for f in self.p_inbox)
+                       or any(f[0] == b"ABORT_ACK" and f[1] == name for f in self.d_inbox))
+            out.append(bool(held and room not in p._deferred_ack_poisoned_rooms
+                            and not p._staging_outstanding.get(room) and 0 not in acks
+                            and not pending and not self.gate.at_engine()))
+        return out
 
     # ------------------------------------------------------------- settle
     def settle(self, rounds: int = 12) -> Dict[str, Any]:
@@ -1103,6 +1129,8 @@ def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
                 rig.seen_p[r] = True
             if name == "d_door":
                 rig.seen_d[r] = True
+            for f in rig.p_inbox + rig.d_inbox:
+                rig.sent_by.setdefault(id(f), (f, r))
             observations.append(rig.observe())
             landed = rig.d_pool.pages_at([d for _, d, _ in rig.engine.writes[before:]])
         final = rig.final(landed)

@@ -347,6 +347,13 @@ def _foreign_commit(steps, prev: dict, final: dict, facts: dict) -> Optional[boo
     return got["committed"] and not (got["room_ok"] and got["covered"])
 
 
+def _drain_ack_missing(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
+    """Decode holds a request for a drain ack that the prefill rank, done
+    with its ABORT and drained, will never send (read on both managers and
+    the wire)."""
+    return any(facts["held_without_ack"])
+
+
 def _hang(pending):
     def read(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
         got = facts.get("settled")
@@ -391,6 +398,7 @@ READERS = {"no-foreign-kv-read": _foreign_read,
            "reject-acquires-nothing": _rejected_acquired,
            "client-abort-honoured": _abort_not_honoured,
            "metadata-integrity": _foreign_commit,
+           "drain-ack-reaches-every-rank": _drain_ack_missing,
            **{name: _hang(pending) for name, pending in SETTLED.items()}}
 
 
