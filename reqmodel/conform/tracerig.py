@@ -346,6 +346,8 @@ class Rig:
         # whether each side's intake rejected the request (validate_input_length)
         self.p_rejected = [False] * self.n
         self.echoed = {"p": set(), "d": set()}
+        self.seen_p = [False] * self.n  # the request has been through the door
+        self.seen_d = [False] * self.n
         self.crashed = {"p": [False] * self.n, "d": [False] * self.n}
         self.abort_reached = {"p": set(), "d": set()}  # the client's abort reached it
         self.last_commit: Optional[Dict[str, Any]] = None
@@ -582,9 +584,11 @@ class Rig:
 
     def p_door(self, r, params):
         self.p_sched.disagg_prefill_bootstrap_queue.add(self.p_req[r], 1)
+        self.seen_p[r] = True
 
     def d_door(self, r, params):
         self.d_queue.add(self.d_req[r], is_retracted=False)
+        self.seen_d[r] = True
 
     def _only(self, queue_owner, attr, match):
         """Run a whole-queue scan on the stepped request alone (the model
@@ -639,14 +643,28 @@ class Rig:
     def _run_thread(self, mgr, start: str, frames: List[List[bytes]]):
         kvadapter._run_thread(mgr, start, frames)
 
+    @staticmethod
+    def _find(inbox, match, what: str):
+        frame = next((f for f in inbox if match(f)), None)
+        if frame is None:
+            raise Diverged(f"no {what}")
+        return frame
+
+    def _to_prefill(self, frame):
+        """Prefill's bootstrap thread receives ``frame``, after the KV-args
+        registrations a receiver sent before anything else on its socket."""
+        regs = [f for f in self.p_inbox if f[0] == b"None"]
+        self.p_inbox = [f for f in self.p_inbox if f is not frame and f not in regs]
+        self._run_thread(self.p_mgr, "start_prefill_thread", regs + [frame])
+
+    def _to_decode(self, frame):
+        self.d_inbox.remove(frame)
+        self._run_thread(self.d_mgr, "start_decode_thread", [frame])
+
     def p_recv_metadata(self, r, params):
         room = str(self.rooms[r]).encode()
-        regs = [f for f in self.p_inbox if f[0] == b"None"]
-        meta = next((f for f in self.p_inbox if f[0] == room), None)
-        if meta is None:
-            raise Diverged("no metadata of the room reached prefill")
-        self.p_inbox = [f for f in self.p_inbox if f is not meta and f not in regs]
-        self._run_thread(self.p_mgr, "start_prefill_thread", regs + [meta])
+        self._to_prefill(self._find(self.p_inbox, lambda f: f[0] == room,
+                                    "metadata of the room reached prefill"))
 
     def p_pop_bootstrapped(self, r, params):
         q = self.p_sched.disagg_prefill_bootstrap_queue
@@ -718,11 +736,8 @@ class Rig:
 
     def d_recv_status(self, r, params):
         room = str(self.rooms[r]).encode()
-        frame = next((f for f in self.d_inbox if f and f[0] == room), None)
-        if frame is None:
-            raise Diverged("no status report of the room reached decode")
-        self.d_inbox.remove(frame)
-        self._run_thread(self.d_mgr, "start_decode_thread", [frame])
+        self._to_decode(self._find(self.d_inbox, lambda f: f and f[0] == room,
+                                   "status report of the room reached decode"))
 
     def d_transferred(self, r, params):
         q = self.t_queue
@@ -776,21 +791,16 @@ class Rig:
 
     def p_recv_abort(self, r, params):
         room = str(self.rooms[r]).encode()
-        frame = next((f for f in self.p_inbox if f[0] == b"ABORT" and f[1] == room), None)
-        if frame is None:
-            raise Diverged("no ABORT of the room reached prefill")
-        self.p_inbox.remove(frame)
-        self._run_thread(self.p_mgr, "start_prefill_thread", [frame])
+        self._to_prefill(self._find(self.p_inbox, lambda f: f[0] == b"ABORT" and f[1] == room,
+                                    "ABORT of the room reached prefill"))
 
     def d_recv_ack(self, r, params):
         """An ABORT_ACK reaches decode's thread; the scheduler's next
         iteration re-checks the held requests (``resolve_deferred_releases``)."""
         room = str(self.rooms[r]).encode()
-        frame = next((f for f in self.d_inbox if f[0] == b"ABORT_ACK" and f[1] == room), None)
-        if frame is None:
-            raise Diverged("no ABORT_ACK of the room reached decode")
-        self.d_inbox.remove(frame)
-        self._run_thread(self.d_mgr, "start_decode_thread", [frame])
+        self._to_decode(self._find(self.d_inbox,
+                                   lambda f: f[0] == b"ABORT_ACK" and f[1] == room,
+                                   "ABORT_ACK of the room reached decode"))
         self.t_queue.resolve_deferred_releases()
 
     def _crash(self, side: str, r: int, call, exc, text: str):
@@ -954,13 +964,17 @@ class Rig:
             name = str(room).encode()
             # an ABORT is this request's when its own step sent it (the
             # frame names the room only)
-            pending = (any(f[0] == b"ABORT" and f[1] == name and self.sent_by.get(id(f), (None, None))[1] == r
+            pending = (any(f[0] == b"ABORT" and f[1] == name and self._sender_of(f) == r
                            for f in self.p_inbox)
                        or any(f[0] == b"ABORT_ACK" and f[1] == name for f in self.d_inbox))
             out.append(bool(held and room not in p._deferred_ack_poisoned_rooms
                             and not p._staging_outstanding.get(room) and 0 not in acks
                             and not pending and not self.gate.at_engine()))
         return out
+
+    def _sender_of(self, frame) -> Optional[int]:
+        """The request whose step sent ``frame``."""
+        return self.sent_by.get(id(frame), (None, None))[1]
 
     # ------------------------------------------------------------- settle
     def settle(self, rounds: int = 12) -> Dict[str, Any]:
@@ -990,44 +1004,21 @@ class Rig:
             pass
 
     def _own_round(self):
-        for frame in list(self.p_inbox):
-            if frame[0] != b"None":
-                self.p_inbox.remove(frame)
-                regs = [f for f in self.p_inbox if f[0] == b"None"]
-                self.p_inbox = [f for f in self.p_inbox if f[0] != b"None"]
-                self._run_thread(self.p_mgr, "start_prefill_thread", regs + [frame])
+        for frame in [f for f in self.p_inbox if f[0] != b"None"]:
+            self._to_prefill(frame)
         for frame in list(self.d_inbox):
-            self.d_inbox.remove(frame)
-            self._run_thread(self.d_mgr, "start_decode_thread", [frame])
+            self._to_decode(frame)
         self.t_queue.resolve_deferred_releases()
         while not self.gate.empty():
             self.gate.dequeue()
             self.gate.write()
         for r in range(self.n):
-            stage = self._p_stage(r)
-            if stage == "door":
-                self.p_door(r, {})
-                self.seen_p[r] = True
-            elif stage == "bootstrap":
-                self._try("p_pop_bootstrapped", r)
-            elif stage == "waiting":
-                self._try("p_forward", r)
-            elif stage == "forwarded":
-                self._try("p_result", r)
-            elif stage == "inflight":
-                self._try("p_inflight", r)
-            dstage = self._d_stage(r)
-            if dstage == "door":
-                self.d_door(r, {})
-                self.seen_d[r] = True
-            elif dstage == "prealloc":
-                self._try("d_prealloc", r)
-            elif dstage == "transfer":
-                self._try("d_transferred", r)
-            elif dstage == "waiting":
-                self._try("d_attend", r)
-            elif dstage == "running":
-                self._try("d_respond", r)
+            step = _OWN_STEP["p"].get(self._p_stage(r))
+            if step:
+                self._try(step, r)
+            step = _OWN_STEP["d"].get(self._d_stage(r))
+            if step:
+                self._try(step, r)
 
     def _finished(self, req, r, side) -> Optional[str]:
         """The request's finish: its ``finished_reason``, or an abort when
@@ -1057,6 +1048,14 @@ class Rig:
             out["d_room"].append(kvadapter.poll_name(self.d_mgr.request_status.get(self.rooms[r])))
         out["writers"] = [self.d_pool.writer(p) for p in range(self.d_pool.pages)]
         return out
+
+
+# the step each scheduler takes next for a request at each stage, in its own
+# loop (``Rig.settle``)
+_OWN_STEP = {"p": {"door": "p_door", "bootstrap": "p_pop_bootstrapped", "waiting": "p_forward",
+                   "forwarded": "p_result", "inflight": "p_inflight"},
+             "d": {"door": "d_door", "prealloc": "d_prealloc", "transfer": "d_transferred",
+                   "waiting": "d_attend", "running": "d_respond"}}
 
 
 def _probe_enabled() -> bool:
@@ -1104,8 +1103,6 @@ def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
     """Drive the rig through ``trace["steps"]``; the observation after the
     initial state and after each step, and where it stopped and why."""
     rig = Rig(trace["config"])
-    rig.seen_p = [False] * rig.n
-    rig.seen_d = [False] * rig.n
     observations = [rig.observe()]
     stop = None
     landed: List[int] = []
@@ -1125,10 +1122,6 @@ def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
             except Exception as e:
                 stop = {"step": i, "why": "error", "detail": _error(e)}
                 break
-            if name == "p_door":
-                rig.seen_p[r] = True
-            if name == "d_door":
-                rig.seen_d[r] = True
             for f in rig.p_inbox + rig.d_inbox:
                 rig.sent_by.setdefault(id(f), (f, r))
             observations.append(rig.observe())
