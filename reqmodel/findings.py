@@ -29,8 +29,13 @@ class Finding:
     timing: str
     upstream: Tuple[str, ...] = attrs.field(converter=tuple)
     summary: str
+    fix: str  # what an operator can change (a flag, a variable, a release, the router)
     # where the reading is narrower than the failing cells; () = all of them
     releases: Tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    # "role:NAME=value" settings without which a trace of it departs from the
+    # real code (reqmodel conform --trace); reqmodel audit warns instead of
+    # failing on a deployment that lacks one
+    requires_env: Tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
 
 @functools.lru_cache(maxsize=1)

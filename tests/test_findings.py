@@ -59,7 +59,7 @@ def test_a_trace_that_is_no_recorded_finding_says_so():
 def test_a_finding_on_a_cell_that_holds_is_refused(monkeypatch):
     bad = findings.Finding(id="x", title="x", property="no-foreign-kv-read", scenario="incident",
                            severity="waste", status="confirmed", configuration="c", timing="t",
-                           upstream=["u"], summary="s", releases=["0.5.21"])
+                           upstream=["u"], summary="s", fix="f", releases=["0.5.21"])
     with pytest.raises(SystemExit, match="holds on"):
         findings_md.releases_of(bad)
 

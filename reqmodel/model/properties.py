@@ -69,6 +69,17 @@ class Property:
     partial: Optional[Callable[[Ctx, State], bool]] = None
     partial_note: str = ""
     aliases: Tuple[str, ...] = ()  # older names that still select it
+    # which of the write-up's four acceptance gates the property checks
+    # (admission, transfer-read, lifetime; pool-context is arithmetic on the
+    # deployment, reqmodel/audit/deployment.py), and what its violation makes
+    # of that gate in ``reqmodel audit``: "fail" where the violation itself
+    # harms (another request's KV read, a crash, a rejected request served, a
+    # good request failed), "warn" where it holds something until a timeout,
+    # leaks, wastes work, or is a step whose harm a "fail" property states
+    gate: str = attrs.field(default="", validator=attrs.validators.in_(
+        ("", "admission", "transfer-read", "lifetime")))
+    on_violation: str = attrs.field(default="fail", validator=attrs.validators.in_(
+        ("fail", "warn")))
     # a graph property's counterexample: what is wrong with request r from
     # the last state on (after "r<n> "), for people
     stuck: str = WAITS
@@ -133,6 +144,7 @@ def every(events, check) -> Every:
 
 prop(
     name="no-foreign-kv-read", kind="always", ref="I1",
+    gate="transfer-read", on_violation="fail",
     text="Decode never attends over a page of its handoff range that another request wrote last.",
     transition=every(ev.Read, lambda e, pre, post: not e.foreign),
 )
@@ -151,6 +163,7 @@ def _rejected_never_succeeds(s: State) -> bool:
 
 prop(
     name="rejected-never-succeeds", kind="always", ref="I2",
+    gate="admission", on_violation="fail",
     text="A request rejected at a worker's intake never gets FINISH_LENGTH / 200 from that worker, and the client (served by decode) never gets a 200 for it.",
     state=_rejected_never_succeeds,
 )
@@ -166,18 +179,21 @@ def _pending_abort_kept(s: State) -> bool:
 
 prop(
     name="pending-abort-not-overwritten", kind="always", ref="I3",
+    gate="admission", on_violation="fail",
     text="A pending FINISH_ABORT in to_finish is never overwritten by a non-abort finished_reason (#33507).",
     state=_pending_abort_kept,
 )
 
 prop(
     name="no-late-result-side-effects", kind="always", ref="I4",
+    gate="lifetime", on_violation="fail",
     text="A prefill result that arrives after its request was retired sends, queues, caches and releases nothing.",
     transition=every(ev.LateEffect, lambda e, pre, post: False),
 )
 
 prop(
     name="abort-is-terminal", kind="always", ref="I5",
+    gate="admission", on_violation="fail",
     text="An aborted request is never requeued for more prefill work.",
     transition=every(ev.Requeue, lambda e, pre, post: not g.is_aborted(pre.p[e.rid])),
 )
@@ -190,6 +206,7 @@ def _acquirer_not_rejected(e, pre, post) -> bool:
 
 prop(
     name="reject-acquires-nothing", kind="always", ref="I6",
+    gate="admission", on_violation="fail",
     text="A request rejected at a worker's intake acquires no sender, receiver, metadata buffer, KV or forward pass there.",
     transition=every((ev.Acquire, ev.Prealloc), _acquirer_not_rejected),
 )
@@ -209,6 +226,7 @@ def _nothing_left_behind(s: State) -> bool:
 
 prop(
     name="release-exactly-once", kind="always", ref="I11",
+    gate="lifetime", on_violation="fail",
     text="KV, Mamba, metadata buffers, cache ownership and decode's host backup of a retracted request are released exactly once: never on a non-holder, never left behind by a finished request.",
     state=_nothing_left_behind, transition=every(ev.Release, lambda e, pre, post: e.held),
 )
@@ -222,12 +240,14 @@ def _cleanup_ran(e, pre, post) -> bool:
 
 prop(
     name="early-retire-runs-cleanup", kind="always", ref="I12",
+    gate="admission", on_violation="fail",
     text="A door retire releases the conversation slot and cache handle, promotes the verdict and answers the client.",
     transition=every(ev.DoorRetire, _cleanup_ran), applies=_has_door,
 )
 
 prop(
     name="reentry-not-retired", kind="always", ref="I13",
+    gate="admission", on_violation="fail",
     text="A re-entering request (retracted, or owning KV, metadata or a host backup) is never retired at a door.",
     transition=every(ev.DoorRetire, lambda e, pre, post: not e.reentering),
     applies=_has_door,
@@ -235,6 +255,7 @@ prop(
 
 prop(
     name="aborted-not-preallocated", kind="always", ref="I16",
+    gate="admission", on_violation="warn",
     text="Decode never preallocates pages for a request that is already aborted.",
     transition=every(ev.Prealloc, lambda e, pre, post: not e.aborted),
 )
@@ -260,6 +281,7 @@ def _abort_honoured(e, pre, post) -> bool:
 
 prop(
     name="client-abort-honoured", kind="always", ref="#23",
+    gate="admission", on_violation="warn",
     text="Once the client's abort has reached a worker's scheduler while that worker holds the "
          "request unfinished, the worker runs no further forward pass for it and does not "
          "answer it 200. A forward pass while the request carries the abort's verdict "
@@ -279,6 +301,7 @@ def _no_write_into_reused_page(e, pre, post) -> bool:
 
 prop(
     name="no-reuse-during-inflight-write", kind="always", ref="#3",
+    gate="lifetime", on_violation="fail",
     text="A KV chunk in flight never lands in a decode page that has since been handed to another request.",
     transition=every(ev.Write, _no_write_into_reused_page),
 )
@@ -296,6 +319,7 @@ def _status_monotone(pre, step, evs, post) -> bool:
 
 prop(
     name="transfer-status-monotone", kind="always", ref="#3",
+    gate="transfer-read", on_violation="warn",
     text="A room's transfer status only moves up the KVPoll order or to Failed, and Failed is never replaced (until the entry is cleared).",
     transition=_status_monotone,
 )
@@ -309,6 +333,7 @@ def _commits_own_metadata(e, pre, post) -> bool:
 
 prop(
     name="metadata-integrity", kind="always", ref="#3",
+    gate="transfer-read", on_violation="warn",
     text="Decode commits a transfer only on metadata its own room wrote, covering every page it reserved.",
     transition=every(ev.Commit, _commits_own_metadata),
 )
@@ -330,6 +355,7 @@ def _corruption_was_real(e: ev.CorruptionAbort, pre: State, post: State) -> bool
 
 prop(
     name="no-false-corruption-abort", kind="always", ref="#23",
+    gate="transfer-read", on_violation="fail",
     text="Decode aborts a request as corrupted (room check or KV checksum) only when its pages or "
          "its metadata hold something its own transfer did not write: a good transfer is never "
          "failed as corrupted.",
@@ -339,6 +365,7 @@ prop(
 
 prop(
     name="commit-after-all-ranks", kind="always", ref="#3",
+    gate="transfer-read", on_violation="warn",
     text="Decode commits a transfer only once every prefill rank has reported Success for that "
          "request's own transfer (a Success left over from an earlier request of the same "
          "bootstrap_room does not count).",
@@ -348,6 +375,7 @@ prop(
 
 prop(
     name="no-poll-of-popped-room", kind="always", ref="#3",
+    gate="lifetime", on_violation="fail",
     text="Decode never polls a receiver whose request_status entry another request of the "
          "same bootstrap_room has popped (check_status raises KeyError in the scheduler loop). "
          "One case of no-scheduler-crash: the decode side's check_status crash.",
@@ -357,6 +385,7 @@ prop(
 
 prop(
     name="no-scheduler-crash", kind="always", ref="C1",
+    gate="lifetime", on_violation="fail",
     text="No exception escapes a scheduler loop: no poll of a room whose request_status entry "
          "another request popped (check_status KeyError, on decode and, up to 0.5.22, on "
          "prefill), no release_kv_cache on a request holding no KV without a Mamba-capable "
@@ -367,6 +396,7 @@ prop(
 
 prop(
     name="ack-belongs-to-its-hold", kind="always", ref="#3",
+    gate="lifetime", on_violation="warn",
     text="A held decode request lets its pages go on drain acks only when each ack answers its "
          "own ABORT, not that of another request that used the same bootstrap_room.",
     transition=every(ev.AckRelease, lambda e, pre, post: e.origins == (e.rid,)),
@@ -394,6 +424,7 @@ def _drain_acks_reach_holders(s: State) -> bool:
 
 prop(
     name="drain-ack-reaches-every-rank", kind="always", ref="#3",
+    gate="lifetime", on_violation="warn",
     text="Once a prefill rank has handled a decode rank's ABORT and its room has drained, that "
          "decode rank holding the pages gets a drain ack from it that it counts (it is not left "
          "to its 30 s timeout).",
@@ -418,6 +449,7 @@ def _room_state_released(s: State) -> bool:
 
 prop(
     name="room-state-released", kind="always", ref="#3",
+    gate="lifetime", on_violation="warn",
     text="Once a request is gone from both workers and nothing of its room is in flight, no "
          "control-plane entry for its room remains (request_status, transfer_infos, "
          "failure_records, ack targets, poison mark, outstanding count, decode's drain-ack tracker "
@@ -476,6 +508,7 @@ def deadlocked(ctx: Ctx, s: State) -> bool:
 
 prop(
     name="answered-without-timeout", kind="always-possibly", ref="L1",
+    gate="lifetime", on_violation="warn",
     text="From every state reached without a timeout, every request whose client waits can "
          "still be answered by both workers through the deployment's own steps: no timeout "
          "(bootstrap, waiting, deferred release) and no client abort, transfer failure, "
@@ -507,6 +540,7 @@ def held_after_abort(s: State, r: int) -> bool:
 
 prop(
     name="abort-released-without-timeout", kind="always-possibly", ref="#23",
+    gate="lifetime", on_violation="warn",
     text="From every state reached without a timeout, a request whose abort (the client's, or "
          "a scheduler's own SGLANG_REQ_WAITING_TIMEOUT) has reached a worker can still be ended "
          "on both workers (finished, its pages and slots freed) through the deployment's own "
@@ -522,6 +556,7 @@ prop(
 
 prop(
     name="no-livelock", kind="eventually", ref="L2",
+    gate="lifetime", on_violation="warn",
     text="No cycle of the deployment's own steps that a weakly fair scheduler can run forever "
          "(every step that stays enabled is eventually taken) while a request's client waits.",
     goal=settled, pending=waiting,
@@ -543,12 +578,14 @@ def _has_valid_request(rel: Release, sc: Scenario) -> bool:
 
 prop(
     name="valid-request-completes", kind="sometimes", ref="R1",
+    gate="admission", on_violation="fail",
     text="Some path serves a valid request with a 200 built only from its own pages.",
     state=_valid_completes, applies=_has_valid_request,
 )
 
 prop(
     name="reentry-can-resume", kind="sometimes", ref="R2",
+    gate="admission", on_violation="fail",
     text="Some path retracts (or pause-retracts) a request on decode, brings it back and serves it a 200 from its own pages.",
     state=lambda s: any(d.was_retracted and d.answer == 200 and d.own_data for d in s.d),
     applies=lambda rel, sc: sc.events.any("retract") or sc.events.any("preempt"),
@@ -560,6 +597,7 @@ def _ack_released(s: State) -> bool:
 
 prop(
     name="drain-ack-releases-hold", kind="sometimes", ref="R3",
+    gate="lifetime", on_violation="warn",
     text="Some path holds an aborted request's decode pages and releases them on the drain "
          "acks of every rank that notified prefill.",
     state=_ack_released,

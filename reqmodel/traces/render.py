@@ -317,7 +317,8 @@ def to_report(meta: dict, rs: Sequence[Row], mermaid: str, trace_file: str) -> s
         out += [f"- **Severity:** {f.severity} ({f.status})",
                 f"- **Configuration:** {f.configuration}",
                 f"- **Timing:** {f.timing}",
-                f"- **Closest upstream:** {'; '.join(f.upstream)}", "",
+                f"- **Closest upstream:** {'; '.join(f.upstream)}",
+                f"- **What an operator can change:** {f.fix}", "",
                 f.summary, ""]
     wait = liveness_lines(meta)
     out += wait + ([""] if wait else [])
