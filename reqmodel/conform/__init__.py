@@ -126,12 +126,13 @@ class Outcome:
                 "seconds": round(self.seconds, 2), "seams": self.seams}
 
 
-def _worker(root: pathlib.Path, release: str, request: dict) -> dict:
-    """Run the worker for ``release`` on one request; its JSON answer."""
+def _worker(root: pathlib.Path, release: str, request: dict,
+            script: str = "worker.py") -> dict:
+    """Run ``script`` (the worker) for ``release`` on one request; its JSON answer."""
     require(root, release)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree(root, release)), str(HERE)]),
                PYTHONNOUSERSITE="1")
-    res = subprocess.run([str(python(root)), str(HERE / "worker.py")],
+    res = subprocess.run([str(python(root)), str(HERE / script)],
                          input=json.dumps(request), capture_output=True, text=True, env=env)
     if res.returncode != 0 or not res.stdout.strip():
         last = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -142,6 +143,13 @@ def _worker(root: pathlib.Path, release: str, request: dict) -> dict:
 def drive(root: pathlib.Path, release: str, worker_cases: List[dict]) -> dict:
     """Run the worker for ``release`` on ``worker_cases``; its JSON answer."""
     return _worker(root, release, {"cases": worker_cases})
+
+
+def dump_flags(root: pathlib.Path, release: str, argv: Sequence[Sequence[str]] = ()) -> dict:
+    """The release's server flags and environment variables, as its own code
+    defines them (``flagdump.py``): what ``reqmodel audit`` parses with; and
+    each of ``argv`` as the release's own parser reads it (``parsed``)."""
+    return _worker(root, release, {"argv": [list(a) for a in argv]}, script="flagdump.py")
 
 
 def drive_traces(root: pathlib.Path, release: str, traces: List[dict]) -> List[dict]:
