@@ -12,7 +12,7 @@ from reqmodel.model import properties, releases, scenario
 ROOT = pathlib.Path(reqmodel.__file__).parent
 MODEL = sorted((ROOT / "model").rglob("*.py"))
 OUTSIDE_THE_MODEL = ("reqmodel.engines", "reqmodel.traces", "reqmodel.proposals", "reqmodel.cli",
-                     "reqmodel.conform")
+                     "reqmodel.conform", "reqmodel.audit")
 
 
 def _imports(path):
