@@ -36,6 +36,9 @@ class Finding:
     # real code (reqmodel conform --trace); reqmodel audit warns instead of
     # failing on a deployment that lacks one
     requires_env: Tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    # other scenarios whose violation of the property is this finding's
+    # mechanism (read in notes/verdicts.md); the releases stay the main cell's
+    also_in: Tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
 
 @functools.lru_cache(maxsize=1)
@@ -46,4 +49,5 @@ def load() -> Tuple[Finding, ...]:
 
 def lookup(prop: str, scenario: str) -> Optional[Finding]:
     """The finding a trace of ``prop`` on ``scenario`` shows, if it is one."""
-    return next((f for f in load() if (f.property, f.scenario) == (prop, scenario)), None)
+    return next((f for f in load() if f.property == prop
+                 and (f.scenario == scenario or scenario in f.also_in)), None)

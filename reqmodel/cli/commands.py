@@ -23,6 +23,7 @@ from reqmodel.engines.base import ENGINES, EngineInputError, NetBoundError, run
 from reqmodel.engines import parallel
 from reqmodel.engines.exhaustive import BoundExceeded, DEFAULT_MAX_STATES
 from reqmodel.traces.itf import TraceFileError
+from reqmodel.audit.derive import ASSUMPTIONS as _ASSUMPTIONS
 
 
 class UserError(Exception):
@@ -206,6 +207,133 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
     else:
         stdout.print("(n) = length of the shortest counterexample, or of the shortest path to "
                      "the good state")
+
+
+@cli.command("audit")
+@click.option("--release", "release", required=True,
+              help="The release the deployment runs (0.5.19 ... 0.5.23).")
+@click.option("--prefill-args", "prefill_args", multiple=True, required=True, metavar="ARGS",
+              help="The prefill server's flags, as passed to sglang (one quoted string).")
+@click.option("--decode-args", "decode_args", multiple=True, required=True, metavar="ARGS",
+              help="The decode server's flags, as passed to sglang (one quoted string).")
+@click.option("--env", "env", multiple=True, metavar="[ROLE:]NAME=VALUE",
+              help="An environment variable of both servers, or of one with prefill:/decode:.")
+@click.option("--prefill-log", "prefill_log", multiple=True, type=click.Path(dir_okay=False),
+              help="The prefill worker's startup log (its real KV pool and context length).")
+@click.option("--decode-log", "decode_log", multiple=True, type=click.Path(dir_okay=False),
+              help="The decode worker's startup log.")
+@click.option("--assume", "assume", multiple=True, metavar="NAME",
+              help="Traffic the flags do not show, checked too: "
+                   f"{', '.join(_ASSUMPTIONS)} (repeatable, or comma-separated).")
+@click.option("--out", "out", type=click.Path(file_okay=False), default="reqmodel-audit",
+              show_default=True, help="Where the findings' traces (ITF) are written.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Worker processes for the search (default: $REQMODEL_WORKERS, else every "
+                   "core).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--markdown", "markdown", type=click.Path(dir_okay=False), default=None,
+              help="Also write a Markdown report (gates, findings, traces as Mermaid diagrams).")
+def audit_cmd(release, prefill_args, decode_args, env, prefill_log, decode_log, assume, out,
+              workers, as_json, markdown) -> None:
+    """The write-up's four acceptance gates for a PD deployment: pool-context,
+    admission, transfer-read and lifetime, from the servers' own flags.
+
+    Flags are read with the release's own definitions; the pool and context
+    come from the startup logs when given. Exit status 0 when no gate fails,
+    1 when one does, 2 on bad input.
+    """
+    from reqmodel.audit import deployment, flags, gates, report
+    rel = rel_mod.get(release) if "," not in release and release != "all" else None
+    if rel is None:
+        raise UserError("--release takes one release (0.5.19 ... 0.5.23)")
+    single = {"--prefill-args": prefill_args, "--decode-args": decode_args,
+              "--prefill-log": prefill_log, "--decode-log": decode_log}
+    for name, given in single.items():
+        if len(given) > 1:
+            raise UserError(f"{name} is given {len(given)} times: one per role")
+    names = [n.strip() for a in assume for n in a.split(",") if n.strip()]
+    unknown = [n for n in names if n not in _ASSUMPTIONS]
+    if unknown:
+        raise UserError(f"--assume {unknown[0]}: unknown (known: {', '.join(_ASSUMPTIONS)})")
+    if workers is None:
+        try:
+            workers = parallel.workers_from_env()
+        except ValueError as e:
+            raise UserError(str(e))
+    if markdown is not None and pathlib.Path(markdown).is_dir():
+        raise UserError(f"--markdown {markdown} is a directory")
+    try:
+        settings = flags.parse_env(rel.name, list(env))
+        p = deployment.role(rel.name, "prefill", prefill_args[0], settings,
+                            prefill_log[0] if prefill_log else None)
+        d = deployment.role(rel.name, "decode", decode_args[0], settings,
+                            decode_log[0] if decode_log else None)
+    except flags.AuditError as exc:
+        raise UserError(str(exc))
+    console = Console(stderr=True)
+
+    def progress(sc, _rel, pair):
+        if not as_json:
+            console.print(f"[dim]{escape(sc.name)}: {pair[0].states:,} states, "
+                          f"{pair[0].seconds:.2f} s[/]")
+    result = gates.audit(rel, p, d, tuple(dict.fromkeys(names)), pathlib.Path(out),
+                         workers, progress)
+    if markdown is not None:
+        import shlex
+        cmd = "reqmodel audit " + " ".join(shlex.quote(x) for x in sys.argv[1:] if x != "audit") \
+            if sys.argv[1:2] == ["audit"] else "reqmodel audit ..."
+        path = pathlib.Path(markdown)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(report.to_markdown(result, cmd), encoding="utf-8")
+    if as_json:
+        click.echo(json.dumps(result.as_json(), indent=1))
+    else:
+        _print_audit(result, out, markdown)
+    if any(g.verdict == "fail" for g in result.gates):
+        sys.exit(1)
+
+
+def _print_audit(result, out, markdown) -> None:
+    from reqmodel.audit.deployment import describe
+    console = _console()
+    style = {"pass": "[green]pass[/]", "warn": "[yellow]warn[/]", "fail": "[bold red]fail[/]"}
+    p, d = result.prefill, result.decode
+    console.print(f"SGLang {result.release}: intake limit prefill {p.intake_limit:,} tokens "
+                  f"(context {p.context_len:,}, pool {p.kv_tokens:,}), decode "
+                  f"{d.intake_limit:,} (context {d.context_len:,}, pool {d.kv_tokens:,})",
+                  highlight=False)
+    lengths = Table(title="prompt lengths", title_justify="left")
+    for col in ("tokens", "prefill", "decode"):
+        lengths.add_column(col)
+    for b in result.bands:
+        hi = "and longer" if b.hi >= max(p.context_len, d.context_len) else f"{b.hi:,}"
+        s = "bold red" if b.mismatch else None
+        lengths.add_row(f"{b.lo:,} - {hi}", describe(b.prefill), describe(b.decode), style=s)
+    console.print(lengths)
+    table = Table(title="gates", title_justify="left", show_lines=True)
+    for col in ("gate", "finding", "trace (steps)", "what to change"):
+        table.add_column(col)
+    for g in result.gates:
+        shown = [f for f in g.findings if f.verdict != "pass"]
+        head = f"{g.gate}\n{style[g.verdict]}"
+        if not shown:
+            table.add_row(head, "[dim]nothing found: " + escape(", ".join(
+                f.check for f in g.findings) or f"{len(g.checked)} checks") + "[/]", "", "")
+        for i, f in enumerate(shown):
+            trace = "" if not f.trace_file else f"{escape(f.trace_file)} ({f.trace_length})"
+            what = f"{style[f.verdict]} {escape(f.check)}" + (
+                f" [dim]({escape(f.finding_id)})[/]" if f.finding_id else "")
+            table.add_row(head if i == 0 else "", what + "\n" + escape(f.title or f.why),
+                          trace, escape(f.fix))
+    console.print(table)
+    for n in result.notes:
+        console.print(f"not modelled: {n}", markup=False, highlight=False)
+    files = sum(1 for g in result.gates for f in g.findings if f.trace_file)
+    if files:
+        console.print(f"{files} trace(s) under {out}/; read one with 'reqmodel show TRACE'",
+                      markup=False, highlight=False)
+    if markdown:
+        console.print(f"report: {markdown}", markup=False, highlight=False)
 
 
 @cli.command("replay")
@@ -539,12 +667,13 @@ def scenarios_cmd() -> None:
 
 @cli.command("properties")
 def properties_cmd() -> None:
-    """List the property catalog."""
+    """List the property catalog, with the acceptance gate each checks in
+    'reqmodel audit' (and whether its violation fails or warns there)."""
     table = Table()
-    for col in ("name", "kind", "ref", "statement"):
+    for col in ("name", "kind", "gate", "ref", "statement"):
         table.add_column(col)
     for p in props_mod.CATALOG.values():
-        table.add_row(p.name, p.kind, p.ref, p.text)
+        table.add_row(p.name, p.kind, f"{p.gate} ({p.on_violation})", p.ref, p.text)
     _console().print(table)
 
 
