@@ -57,7 +57,10 @@ def assert_traces_replay(data, tmp_path):
             out = rp.run(loaded)
             assert out.first_disabled_step is None, f
             assert out.violated, f
-            assert loaded.meta["property"] == f["property"]
+            if g["gate"] == "pool-context":  # the band's worst violation
+                assert loaded.meta["property"] in f["why"]
+            else:
+                assert loaded.meta["property"] == f["property"]
             assert out.steps_total == f["trace_length"]
             n += 1
     return n
@@ -77,6 +80,9 @@ def test_writeup_on_0_5_19_fails_admission_and_reads_foreign_kv(writeup_019):
     assert gate(data, "pool-context")["verdict"] == "fail"
     band = next(b for b in data["prompt_lengths"] if b["roles_differ"])
     assert (band["from"], band["to"]) == (681274, 1048569)
+    mismatch = gate(data, "pool-context")["findings"][0]
+    assert mismatch["property"] == "roles-agree-on-prompts"
+    assert mismatch["trace_file"].endswith("no-foreign-kv-read-audit-band-681274.itf.json")
     adm = gate(data, "admission")
     assert adm["verdict"] == "fail"
     assert {"rejected-never-succeeds", "reject-acquires-nothing"} <= props(adm, "fail")

@@ -135,7 +135,10 @@ def pool_context(release: str, p: Role, d: Role, bs: Sequence[Band]) -> Gate:
             "pool-context", "roles-agree-on-prompts", "fail",
             f"prompts of {_tokens(b.lo)} {hi} tokens: prefill {describe(b.prefill)}, decode "
             f"{describe(b.decode)}; a request the two legs treat differently is the incident's "
-            "start (the model's gates below run such a prompt)", same))
+            "start (the model's gates below run such a prompt)", same,
+            scenario=f"audit-band-{b.lo}",
+            title=f"prompts of {_tokens(b.lo)} {hi} tokens: prefill {describe(b.prefill)}, "
+                  f"decode {describe(b.decode)}"))
     for r in (p, d):
         if r.kv_tokens < r.context_len:
             out.append(Finding(
@@ -199,7 +202,9 @@ def _without_timeouts(rel: Release, probe: derive.Probe, prop, out, workers):
 
 def model_gates(rel: Release, p: Role, d: Role, probes: Sequence[derive.Probe],
                 out: Optional[pathlib.Path], workers: Optional[int] = None,
-                progress: Optional[Callable] = None) -> List[Gate]:
+                progress: Optional[Callable] = None
+                ) -> Tuple[List[Gate], Dict[Tuple[str, str], object]]:
+    """The three model gates, and every violation by (probe, property)."""
     props = tuple(props_mod.CATALOG.values())
     checker = Exhaustive(max_states=DEFAULT_MAX_STATES, workers=workers or 1)
     results = run(checker, [rel], [pr.scenario for pr in probes], props, out, progress=progress)
@@ -221,7 +226,8 @@ def model_gates(rel: Release, p: Role, d: Role, probes: Sequence[derive.Probe],
                 found.append(_finding(rel, p, d, q, items, by_name, out, workers))
         found.sort(key=lambda f: (-VERDICTS.index(f.verdict), f.check))
         gates.append(Gate(gate, tuple(found), tuple(q.name for q in gate_props)))
-    return gates
+    violations = {(r.scenario, r.property): r for r in results if r.verdict == Answer.VIOLATED}
+    return gates, violations
 
 
 def _finding(rel, p, d, q, items, by_name, out, workers) -> Finding:
@@ -240,9 +246,8 @@ def _finding(rel, p, d, q, items, by_name, out, workers) -> Finding:
     else:
         what = "unreachable" if q.kind.value == "sometimes" else "violated"
         why = f"{q.text} ({what} on the probe: {probe.why})"
-        fix = ("no recorded finding has this shape: read the trace (reqmodel show TRACE), "
-               "replay it on the wheel (reqmodel conform --trace TRACE) and report it with "
-               "reqmodel show TRACE --format report")
+        fix = ("no recorded finding: read the trace (reqmodel show TRACE) and run it on the "
+               "wheel (reqmodel conform --trace TRACE) before reporting it")
     needs = _timeouts(r)
     if verdict == "fail" and needs and q.kind.value == "always":
         again = _without_timeouts(rel, probe, q, out, workers)
@@ -333,7 +338,7 @@ def audit(rel: Release, p: Role, d: Role, assume: Tuple[str, ...],
     traffic, tnotes = derive.traffic_probes(rel, p, d, st, assume)
     probes.extend(traffic)
     notes.extend(tnotes)
-    model = model_gates(rel, p, d, probes, out, workers, progress)
+    model, violations = model_gates(rel, p, d, probes, out, workers, progress)
     extra = {"transfer-read": [checksum_finding(rel, p, d)], "lifetime": [
         _deferred_finding(rel, p, d, st)]}
     gates = []
@@ -341,7 +346,29 @@ def audit(rel: Release, p: Role, d: Role, assume: Tuple[str, ...],
         more = tuple(f for f in extra.get(g.gate, []) if f is not None)
         fs = tuple(sorted(g.findings + more, key=lambda f: -VERDICTS.index(f.verdict)))
         gates.append(attrs.evolve(g, findings=fs, checked=g.checked + tuple(f.check for f in more)))
+    gate1 = attrs.evolve(gate1, findings=tuple(_band_trace(f, violations)
+                                               for f in gate1.findings))
     return Audit(rel.name, p, d, tuple(bs), tuple(probes), (gate1, *gates), tuple(notes), BLIND)
+
+
+def _band_trace(f: Finding, violations: Dict[Tuple[str, str], object]) -> Finding:
+    """A band the roles treat differently links the shortest trace of the
+    worst property the model violates on that band's probe: what the
+    mismatch leads to."""
+    if f.scenario is None:
+        return f
+    on = [(props_mod.CATALOG[prop], r) for (sc, prop), r in violations.items()
+          if sc == f.scenario and r.trace_file]
+    if not on:
+        return attrs.evolve(f, scenario=None)
+    # the worst first: a failing property before a warning one, another
+    # request's KV read before a door or a lifetime defect, then the shortest
+    order = ("transfer-read", "admission", "lifetime")
+    q, r = min(on, key=lambda x: (x[0].on_violation != "fail", order.index(x[0].gate),
+                                  x[1].trace_length or 0))
+    return attrs.evolve(f, trace_file=r.trace_file, trace_length=r.trace_length,
+                        why=f.why + f"; on this band the model finds {q.name} violated "
+                        f"({r.trace_length} steps)")
 
 
 def _deferred_finding(rel: Release, p: Role, d: Role, st) -> Optional[Finding]:
