@@ -287,14 +287,19 @@ def checksum_finding(rel: Release, p: Role, d: Role) -> Optional[Finding]:
                        "prefill wrote (expected 0 is skipped, dc 21:3049-3054), so it protects "
                        "nothing", fix)
     if p.layout != d.layout:
+        names = ("attention TP", "PP stages", "page size", "KV dtype")
+        differ = [f"{n} {a} / {b}" for n, a, b in zip(names, p.layout, d.layout) if a != b]
         what = ("and fails every good transfer as corrupted" if rel.checksum is not None
                 and not rel.checksum.needs_matching_layouts else
                 "and skips the comparison (the layout signature differs, dc 23:2580-2598): it "
                 "protects nothing")
+        mla = (" For an MLA model the latent KV is the same on every TP rank, so a TP width "
+               "alone does not change the layout; the audit cannot see the model and assumes "
+               "it does." if len(differ) == 1 and differ[0].startswith("attention TP") else "")
         return Finding("transfer-read", "checksum-protects", "warn",
                        "the KV checksum is on for both roles, but their KV layouts differ "
-                       f"(attention TP, PP, page size, KV dtype: prefill {p.layout}, decode "
-                       f"{d.layout}); each side digests its own buffers {what}", fix)
+                       f"(prefill / decode: {', '.join(differ)}); each side digests its own "
+                       f"buffers {what}.{mla}", fix)
     return Finding("transfer-read", "checksum-protects", "pass",
                    "the KV checksum is on for both roles over matching layouts: decode aborts a "
                    "request whose pages differ from what prefill digested (a 500, not another "
