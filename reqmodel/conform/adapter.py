@@ -840,7 +840,12 @@ def decode_prealloc(case: Dict[str, Any]) -> Dict[str, Any]:
                      for label in case["rooms"]}}
     if focus in done:
         import numpy as np
-        frames = [f for f in sock.frames if f[0] == str(focus.req.bootstrap_room).encode()]
+        # the focus request's frames: its room, and its own metadata slot (two
+        # users of one room, as in n > 1 sampling, each send theirs; a frame
+        # naming another slot is then the other user's, and a wrong slot
+        # shows as missing frames)
+        frames = [f for f in sock.frames if f[0] == str(focus.req.bootstrap_room).encode()
+                  and int(f[5]) == focus.metadata_buffer_index]
         pages = [[int(p) - 1 for p in np.frombuffer(f[4], dtype=np.int32)]  # model pages
                  for f in frames]
         out["metadata"] = {
