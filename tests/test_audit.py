@@ -221,7 +221,7 @@ def test_assumed_traffic_adds_its_scenarios(tmp_path):
                  "--context-length 8192 --max-total-tokens 100000",
                  "--assume", "one-leg-abort")
     names = [p["name"] for p in data["probes"]]
-    assert "audit-one-leg-abort:abort-reaches-prefill" in names
+    assert "audit-one-leg-abort-abort-reaches-prefill" in names
     life = gate(data, "lifetime")
     f = next(f for f in life["findings"] if f.get("finding") == "abort-reaches-prefill-only")
     assert f["verdict"] == "warn"

@@ -217,5 +217,5 @@ def traffic_probes(rel: Release, p: Role, d: Role, st: Settings,
         if name == "pause-retract":
             templates = templates[:1] if d.overlap else templates[1:]
         for t in templates:
-            out.append(_from_builtin(t, f"{name}:{t}", f"assumed: {what}", st))
+            out.append(_from_builtin(t, f"{name}-{t}", f"assumed: {what}", st))
     return out, notes

@@ -57,6 +57,20 @@ def _scenarios(names: Tuple[str, ...], files: Tuple[str, ...],
     return out or [sc_mod.builtin(sc_mod.DEFAULT)]
 
 
+def _out_dir(out: str, option: str = "--out") -> pathlib.Path:
+    """``--out`` as a directory that can be made: refused in one line when a
+    part of it is a file, or the name is not a usable path."""
+    if "\0" in out or not out.strip():
+        raise UserError(f"{option} must name a directory")
+    path = pathlib.Path(out)
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise UserError(f"{option} {out}: {part} is a file, not a directory")
+            break
+    return path
+
+
 def _console() -> Console:
     """A console as wide as the table needs when output is not a terminal."""
     return Console() if sys.stdout.isatty() else Console(width=160)
@@ -156,18 +170,18 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
         if as_json:
             return
         if engine == "exhaustive":
-            console.print(f"[dim]{sc.name} on {rel.name}: {pair[0].states:,} states, "
+            console.print(f"[dim]{escape(sc.name)} on {rel.name}: {pair[0].states:,} states, "
                           f"{pair[0].seconds:.2f} s[/]")
         else:
             what = f"z3 to depth {depth}" if engine == "z3" else f"hypothesis ({hprofile})"
-            console.print(f"[dim]{sc.name} on {rel.name}: {what} done[/]")
+            console.print(f"[dim]{escape(sc.name)} on {rel.name}: {what} done[/]")
 
     options = {"exhaustive": dict(max_states=max_states, workers=workers),
                "hypothesis": dict(profile=hprofile),
                "z3": dict(depth=depth, max_net=max_net, seconds=z3_seconds)}[engine]
     checker = ENGINES[engine](**options)
     try:
-        results = run(checker, releases, scenarios, props, pathlib.Path(out),
+        results = run(checker, releases, scenarios, props, _out_dir(out),
                       progress=progress, write_witnesses=witnesses)
     except NetBoundError as e:
         raise UserError(f"{e}: raise --max-net")
@@ -176,7 +190,7 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
         return
     stdout = _console()
     for sc in scenarios:
-        table = Table(title=f"scenario {sc.name}", title_justify="left")
+        table = Table(title=f"scenario {escape(sc.name)}", title_justify="left")
         table.add_column("property", no_wrap=True)
         for rel in releases:
             table.add_column(rel.name, no_wrap=True)
@@ -276,7 +290,7 @@ def audit_cmd(release, prefill_args, decode_args, env, prefill_log, decode_log, 
         if not as_json:
             console.print(f"[dim]{escape(sc.name)}: {pair[0].states:,} states, "
                           f"{pair[0].seconds:.2f} s[/]")
-    result = gates.audit(rel, p, d, tuple(dict.fromkeys(names)), pathlib.Path(out),
+    result = gates.audit(rel, p, d, tuple(dict.fromkeys(names)), _out_dir(out),
                          workers, progress)
     if markdown is not None:
         import shlex
@@ -497,7 +511,8 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, depth
     else:
         scenarios = [sc_mod.builtin(n) for n in sc_mod.builtin_names()]
     props = props_mod.select([])
-    outdir = pathlib.Path(out) if out else pathlib.Path("reqmodel-out/guard") / prop.name
+    from reqmodel.engines.base import safe_name
+    outdir = _out_dir(out) if out else pathlib.Path("reqmodel-out/guard") / safe_name(prop.name)
     # fast first pass: Z3 on the replaced guard points alone
     from reqmodel.engines.z3 import guard_diff as symbolic
     points = [n for n in prop.replaced if n in props_mod.g.GUARD_POINTS]
@@ -556,8 +571,8 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, depth
         if r.change == "still-holds" and not show_all:
             continue
         cx = "" if r.trace_file is None else f"{r.trace_file} ({r.trace_length} steps)"
-        table.add_row(r.scenario, r.property, r.base_verdict, r.proposal_verdict,
-                      f"[{style[r.change]}]{r.change}[/]", cx)
+        table.add_row(escape(r.scenario), r.property, r.base_verdict, r.proposal_verdict,
+                      f"[{style[r.change]}]{r.change}[/]", escape(cx))
     console.print(table)
     console.print("  ".join(f"{k}: {v}" for k, v in sorted(counts.items())), highlight=False)
     if costs:
@@ -567,7 +582,8 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, depth
             ct.add_column(col)
         for name, c in costs.items():
             for key in ("rejected_acquires", "peer_acquires", "peer_hold_seconds", "timeout_only"):
-                ct.add_row(name, key, _cost_cell(c["base"][key]), _cost_cell(c["proposal"][key]))
+                ct.add_row(escape(name), key, _cost_cell(c["base"][key]),
+                           _cost_cell(c["proposal"][key]))
         console.print(ct)
 
 

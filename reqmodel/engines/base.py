@@ -18,7 +18,9 @@ that ``reqmodel check``, ``reqmodel guard check`` and the CLI choose from.
 from __future__ import annotations
 
 import enum
+import hashlib
 import pathlib
+import re
 from typing import Callable, Dict, List, Optional, Sequence
 
 import attrs
@@ -222,8 +224,24 @@ class Z3:
 ENGINES = {e.name: e for e in (Exhaustive, Hypothesis, Z3)}
 
 
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(text: str, limit: int = 80) -> str:
+    """A file-name part from user text (a scenario or proposal name): letters,
+    digits, ``.``, ``_`` and ``-`` only, no leading dot, at most ``limit``
+    characters. A name that had to change gets a digest of the original, so
+    two names never meet in one file; a safe name stays as it is."""
+    name = _UNSAFE.sub("_", text).lstrip(".")[:limit] or "unnamed"
+    if name != text:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+        name = f"{name}-{digest}"
+    return name
+
+
 def trace_path(out: pathlib.Path, release: str, prop: str, scenario: str) -> pathlib.Path:
-    return out / release / f"{prop}-{scenario}.itf.json"
+    """Where a trace goes: always inside ``out``, whatever the names hold."""
+    return out / safe_name(release) / f"{safe_name(prop)}-{safe_name(scenario)}.itf.json"
 
 
 def run(engine, releases: Sequence[Release], scenarios: Sequence[Scenario],
@@ -232,9 +250,12 @@ def run(engine, releases: Sequence[Release], scenarios: Sequence[Scenario],
     """``engine.check`` on each (scenario, release) pair, in that order.
 
     Counterexamples of violated properties are written under ``out`` (and
-    witnesses of reachability properties when ``write_witnesses``);
-    ``progress(scenario, release, results)`` is called after each pair."""
+    witnesses of reachability properties when ``write_witnesses``), once
+    every pair has been checked, so that a scenario refused part-way leaves
+    no file of the earlier ones; ``progress(scenario, release, results)`` is
+    called after each pair."""
     results: List[Result] = []
+    pending = []  # written once every pair is checked: a refusal leaves no file
     for sc in scenarios:
         for rel in releases:
             pair = engine.check(rel, sc, props)
@@ -242,10 +263,11 @@ def run(engine, releases: Sequence[Release], scenarios: Sequence[Scenario],
                 path = None
                 if (r.trace is not None and out is not None
                         and (r.verdict == Answer.VIOLATED or write_witnesses)):
-                    p = trace_path(out, rel.name, r.property, sc.name)
-                    itf.write(p, r.trace, sc, engine=engine.name, extra_meta=r.trace_meta or None)
-                    path = str(p)
-                results.append(attrs.evolve(r, trace_file=path))
+                    path = trace_path(out, rel.name, r.property, sc.name)
+                    pending.append((path, r, sc))
+                results.append(attrs.evolve(r, trace_file=None if path is None else str(path)))
             if progress is not None:
                 progress(sc, rel, pair)
+    for path, r, sc in pending:
+        itf.write(path, r.trace, sc, engine=engine.name, extra_meta=r.trace_meta or None)
     return results

@@ -15,7 +15,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import attrs
 
-from reqmodel.model import releases
+from reqmodel.model import releases, textfile
 
 
 class ScenarioError(ValueError):
@@ -196,11 +196,18 @@ EVENT_NAMES = tuple(f.name for f in attrs.fields(Events))
 _EVENTS = set(EVENT_NAMES)
 
 
+def _short(value: Any, limit: int = 60) -> str:
+    """A user's value for a one-line message: its repr, cut to ``limit``."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def _check_keys(where: str, table: Dict[str, Any], allowed: set) -> None:
-    unknown = sorted(set(table) - allowed)
+    unknown = sorted(set(table) - allowed, key=str)
     if unknown:
+        key = unknown[0] if len(unknown[0]) <= 40 else unknown[0][:37] + "..."
         raise ScenarioError(
-            f"unknown key '{where}{unknown[0]}' (allowed: {', '.join(sorted(allowed))})")
+            f"unknown key '{where}{key}' (allowed: {', '.join(sorted(allowed))})")
 
 
 def _get(where: str, table: Dict[str, Any], key: str, typ: type, default: Any) -> Any:
@@ -208,11 +215,11 @@ def _get(where: str, table: Dict[str, Any], key: str, typ: type, default: Any) -
         return default
     value = table[key]
     if typ is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ScenarioError(f"{where}{key} must be an integer, got {value!r}")
+        raise ScenarioError(f"{where}{key} must be an integer, got {_short(value)}")
     if typ is bool and not isinstance(value, bool):
-        raise ScenarioError(f"{where}{key} must be true or false, got {value!r}")
+        raise ScenarioError(f"{where}{key} must be true or false, got {_short(value)}")
     if typ is str and not isinstance(value, str):
-        raise ScenarioError(f"{where}{key} must be a string, got {value!r}")
+        raise ScenarioError(f"{where}{key} must be a string, got {_short(value)}")
     return value
 
 
@@ -299,21 +306,21 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
         deferred = None
     elif not isinstance(deferred, bool):
         raise ScenarioError(
-            f'options.deferred_release must be "default", true or false, got {deferred!r}')
+            f'options.deferred_release must be "default", true or false, got {_short(deferred)}')
     attempts = _get("options.", options, "optimistic_prefill_attempts", int, 0)
     if not 0 <= attempts <= 2:
         raise ScenarioError("options.optimistic_prefill_attempts must be 0..2")
     timing = _get("options.", options, "result_timing", str, "loop")
     if timing not in ("loop", "any"):
-        raise ScenarioError(f'options.result_timing must be "loop" or "any", got {timing!r}')
+        raise ScenarioError(f'options.result_timing must be "loop" or "any", got {_short(timing)}')
     reuse_after = _get("options.", options, "reuse_room_after", str, "both")
     if reuse_after not in ("both", "decode"):
         raise ScenarioError(
-            f'options.reuse_room_after must be "both" or "decode", got {reuse_after!r}')
+            f'options.reuse_room_after must be "both" or "decode", got {_short(reuse_after)}')
     users = _get("options.", options, "room_users", str, "sequential")
     if users not in ("sequential", "concurrent"):
         raise ScenarioError(
-            f'options.room_users must be "sequential" or "concurrent", got {users!r}')
+            f'options.room_users must be "sequential" or "concurrent", got {_short(users)}')
     if users == "concurrent" and "reuse_room_after" in options:
         raise ScenarioError(
             'options.reuse_room_after applies only to room_users = "sequential" '
@@ -321,11 +328,11 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
     queues = _get("options.", options, "transfer_queues", str, "shared")
     if queues not in ("shared", "per-request"):
         raise ScenarioError(
-            f'options.transfer_queues must be "shared" or "per-request", got {queues!r}')
+            f'options.transfer_queues must be "shared" or "per-request", got {_short(queues)}')
     reaches = _get("options.", options, "client_abort_reaches", str, "both")
     if reaches not in ("both", "prefill", "decode"):
         raise ScenarioError(
-            f'options.client_abort_reaches must be "both", "prefill" or "decode", got {reaches!r}')
+            f'options.client_abort_reaches must be "both", "prefill" or "decode", got {_short(reaches)}')
     if _get("options.", options, "decode_host_receive", bool, False):
         _refuse_host_receive()
     events = data.get("events", {})
@@ -368,7 +375,7 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
         3 * (decode.ranks - 1 + prefill.ranks - 1) * len(prompts))
     if bounds.size_check and weight > MAX_WEIGHT + 2 * len(prompts):
         raise ScenarioError(
-            f"scenario {name!r} is too large for exhaustive search on this machine "
+            f"scenario {_short(name)} is too large for exhaustive search on this machine "
             f"(size {weight}; at most {MAX_WEIGHT + 2 * len(prompts)}): use fewer requests, "
             "shorter prompts or fewer events")
     return sc
@@ -423,7 +430,7 @@ def _event_targets(key: str, value: Any, n: int) -> Tuple[int, ...]:
             raise ScenarioError(f"events.{key}: request {bad[0]} does not exist (0..{n - 1})")
         return tuple(sorted(set(value)))
     raise ScenarioError(
-        f"events.{key} must be true, false or a list of request indices, got {value!r}")
+        f"events.{key} must be true, false or a list of request indices, got {_short(value)}")
 
 
 def _refuse_host_receive() -> None:
@@ -449,15 +456,13 @@ def _refuse_host_receive() -> None:
 
 
 def load_file(path: str, bounds: Bounds = EXHAUSTIVE) -> Scenario:
+    text = textfile.read(path, "scenario", ScenarioError, "toml")
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: no such scenario file") from None
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{path}: invalid TOML: {exc}") from None
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot read: {exc.strerror}") from None
+    except (RecursionError, ValueError) as exc:  # beyond what textfile checks
+        raise ScenarioError(f"{path}: cannot parse: {str(exc).splitlines()[0][:120]}") from None
     try:
         return from_dict(data, origin=path, bounds=bounds)
     except ScenarioError as exc:
@@ -475,7 +480,7 @@ DEFAULT = "incident"
 def builtin(name: str) -> Scenario:
     if name not in builtin_names():
         raise ScenarioError(
-            f"unknown scenario {name!r} (built-in: {', '.join(builtin_names())})")
+            f"unknown scenario {_short(name)} (built-in: {', '.join(builtin_names())})")
     text = resources.files("reqmodel").joinpath("scenarios", f"{name}.toml").read_text()
     return from_dict(tomllib.loads(text), origin=name)
 

@@ -9,6 +9,7 @@ import attrs
 import networkx as nx
 
 from reqmodel.traces import itf
+from reqmodel.engines.base import safe_name
 from reqmodel.engines.exhaustive import DEFAULT_MAX_STATES, explore
 from reqmodel.model import events as ev
 from reqmodel.model.actions import ACTIONS
@@ -76,7 +77,7 @@ def compare(prop: Proposal, scenarios: Sequence[Scenario], props: Sequence[Prope
             change = CHANGE[(_norm(bv), _norm(mv))]
             path = None
             if mv == "violated" and mtrace is not None:
-                path = out / f"{p.name}-{sc.name}.itf.json"
+                path = out / f"{safe_name(p.name)}-{safe_name(sc.name)}.itf.json"
                 meta = {"guards": prop.path, "base": prop.base.name, "engine": engine.name}
                 if getattr(engine, "depth", None) is not None:
                     meta["depth"] = engine.depth

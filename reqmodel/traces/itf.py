@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Tuple
 
 import attrs
 
+from reqmodel.model import textfile
 from reqmodel.model.actions import BY_NAME, Step
 from reqmodel.model.scenario import Scenario
 from reqmodel.model.state import State
@@ -158,15 +159,13 @@ def write(path, trace, scenario: Scenario, engine: str = "exhaustive",
 
 def read(path) -> Tuple[Dict[str, Any], Tuple[Step, ...]]:
     """Read a trace file: its top-level ``#meta`` and the recorded steps."""
+    text = textfile.read(path, "trace", TraceFileError, "json")
     try:
-        with open(path) as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise TraceFileError(f"{path}: no such trace file") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceFileError(f"{path}: invalid JSON: {exc.msg} at line {exc.lineno}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceFileError(f"{path}: cannot read: {exc}") from None
+    except (RecursionError, ValueError) as exc:  # beyond what textfile checks
+        raise TraceFileError(f"{path}: cannot parse: {str(exc).splitlines()[0][:120]}") from None
     if not isinstance(data, dict):
         raise TraceFileError(f"{path}: not an ITF trace (top level is not an object)")
     for key in ("vars", "states"):
