@@ -115,3 +115,38 @@ def test_a_refused_scenario_leaves_no_trace_of_the_earlier_ones(tmp_path):
             "room-reuse", "--max-states", "2000", "--out", "out", "--json", cwd=tmp_path)
     one_line(r, "more than 2,000 distinct states on scenario 'room-reuse'")
     assert not (tmp_path / "out").exists() or not files_under(tmp_path / "out")
+
+
+def _trace_with(edit):
+    data = json.loads(TRACE_TEXT)
+    edit(data)
+    return json.dumps(data)
+
+
+ITF_VALUES = {
+    "hex bigint": (lambda d: d["states"][1]["#meta"]["params"].__setitem__(
+        "rid", {"#bigint": "0x1"}), 'at states[1].#meta.params.rid.#bigint: "0x1" is not'),
+    "empty rid": (lambda d: d["states"][1]["#meta"]["params"].__setitem__("rid", ""),
+                  'at states[1].#meta.params.rid: "" is not a valid value'),
+    "null rid": (lambda d: d["states"][1]["#meta"]["params"].__setitem__("rid", None),
+                 "at states[1].#meta.params.rid: null is not a valid value"),
+    "release list": (lambda d: d["#meta"].__setitem__("release", ["0.5.19"]),
+                     'at #meta.release: expected string, got ["0.5.19"]'),
+    "property list": (lambda d: d["#meta"].__setitem__("property", ["x"]),
+                      "at #meta.property: expected string"),
+    "guards list": (lambda d: d["#meta"].__setitem__("guards", ["g.py"]),
+                    "at #meta.guards: expected string"),
+    "action list": (lambda d: d["states"][2]["#meta"].__setitem__("action", ["p_door"]),
+                    "at states[2].#meta.action: expected string"),
+    "scenario_config null": (lambda d: d["#meta"].__setitem__("scenario_config", None),
+                             "at #meta.scenario_config: expected object, got null"),
+    "scenario_config number": (lambda d: d["#meta"].__setitem__("scenario_config", 3),
+                               "at #meta.scenario_config: expected object, got 3"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(ITF_VALUES))
+def test_itf_values_of_the_wrong_type_are_one_line(tmp_path, kind):
+    edit, fragment = ITF_VALUES[kind]
+    (tmp_path / "t.json").write_text(_trace_with(edit))
+    one_line(run("replay", "t.json", cwd=tmp_path), fragment)

@@ -168,6 +168,8 @@ def read(path) -> Tuple[Dict[str, Any], Tuple[Step, ...]]:
         raise TraceFileError(f"{path}: cannot parse: {str(exc).splitlines()[0][:120]}") from None
     if not isinstance(data, dict):
         raise TraceFileError(f"{path}: not an ITF trace (top level is not an object)")
+    from reqmodel.traces import schema
+    schema.check(data, str(path), TraceFileError)
     for key in ("vars", "states"):
         if key not in data:
             raise TraceFileError(f"{path}: not an ITF trace (missing {key!r})")
