@@ -93,7 +93,6 @@ class Audit:
     gates: Tuple[Gate, ...]
     notes: Tuple[str, ...]  # what the probes leave out for this deployment
     blind: Tuple[str, ...]
-    traces: Dict[str, dict] = attrs.field(factory=dict, eq=False, repr=False)
 
     def as_json(self) -> dict:
         def role(r: Role) -> dict:

@@ -6,7 +6,6 @@ from typing import List
 
 from reqmodel.audit.deployment import describe
 from reqmodel.audit.gates import Audit, Finding
-from reqmodel.model.properties import Kind
 
 MARK = {"pass": "✅ pass", "warn": "⚠️ warn", "fail": "❌ fail"}
 GATE_TEXT = {
@@ -29,9 +28,8 @@ def mermaid(trace_file: str) -> str:
     from reqmodel.traces import replay as rp
     loaded = rp.load(trace_file)
     out = rp.run(loaded)
-    violating = (loaded.property.kind == Kind.ALWAYS or loaded.property.kind.on_graph) \
-        and out.violated and loaded.meta.get("loop") is None
-    return render.to_mermaid(loaded.meta, loaded.steps, out.states, out.events, violating)
+    return render.to_mermaid(loaded.meta, loaded.steps, out.states, out.events,
+                             rp.violating_last(loaded, out))
 
 
 def _cell(text: str) -> str:

@@ -417,9 +417,7 @@ def show_cmd(trace_file, fmt, guards) -> None:
     if out.first_disabled_step is not None:
         raise UserError(f"{trace_file}: step {out.first_disabled_step} does not replay on "
                         f"{out.release}; use 'reqmodel replay' to investigate")
-    # a lasso has no one violating step: its loop is marked instead
-    violating = (loaded.property.kind == Kind.ALWAYS or loaded.property.kind.on_graph) \
-        and out.violated and loaded.meta.get("loop") is None
+    violating = rp.violating_last(loaded, out)
     rows = render.rows(loaded.steps, out.states, out.events, violating)
     if fmt == "markdown":
         click.echo(render.to_markdown(loaded.meta, rows), nl=False)

@@ -107,6 +107,13 @@ def run(loaded: Loaded) -> Outcome:
                    tuple(states), tuple(events))
 
 
+def violating_last(loaded: Loaded, out: Outcome) -> bool:
+    """Whether a rendering marks the last step as the violating one: a safety
+    or liveness trace that replays violated (a lasso marks its loop instead)."""
+    return ((loaded.property.kind == Kind.ALWAYS or loaded.property.kind.on_graph)
+            and out.violated and loaded.meta.get("loop") is None)
+
+
 def _liveness_violated(loaded: Loaded, states) -> bool:
     """A liveness trace replays as a violation when, on this release, its
     request still waits at the end with no own way to its goal (a search
