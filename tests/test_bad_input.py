@@ -3,6 +3,7 @@ decoded explicitly, size, depth and number limits before any parser, names
 that cannot leave --out or break the terminal, messages of one short line,
 and no file left by a command that is refused part-way."""
 import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -150,3 +151,61 @@ def test_itf_values_of_the_wrong_type_are_one_line(tmp_path, kind):
     edit, fragment = ITF_VALUES[kind]
     (tmp_path / "t.json").write_text(_trace_with(edit))
     one_line(run("replay", "t.json", cwd=tmp_path), fragment)
+
+
+PROPOSALS = {
+    "not a .py suffix": ("prop.txt", "base = '0.5.20'\ndef prefill_door(req):\n"
+                         "    return bool(req.is_retracted)\n", None),
+    "base a list": ("p.py", "base = ['0.5.20']\ndef prefill_door(req):\n    return False\n",
+                    "base must be a release name such as \"0.5.20\", not ['0.5.20'] (list)"),
+    "override key not a string": ("p.py", "base = '0.5.20'\nscenario_overrides = {1: {}}\n",
+                                  "scenario_overrides: a table name must be a string"),
+    "override values not a dict": ("p.py", "base = '0.5.20'\n"
+                                   "scenario_overrides = {'prefill': [1]}\n",
+                                   "scenario_overrides['prefill'] must be a dict"),
+    "garbage shared object": ("p.so", bytes(range(256)) * 8, "does not import:"),
+    "sys.exit(3) at import": ("p.py", "import sys\nbase = '0.5.20'\nsys.exit(3)\n",
+                              "does not import: SystemExit(3)"),
+    "SystemExit(0) in a guard": ("p.py", "base = '0.5.20'\ndef prefill_door(req):\n"
+                                 "    raise SystemExit(0)\n", "prefill_door raised SystemExit(0)"),
+    "loop at import": ("p.py", "base = '0.5.20'\nwhile True:\n    pass\n",
+                       "importing it did not finish within 2 s"),
+    "loop in a guard": ("p.py", "base = '0.5.20'\ndef prefill_door(req):\n    while True:\n"
+                        "        pass\n", "prefill_door did not finish within 1 s"),
+    "loop that swallows Exception": ("p.py", "base = '0.5.20'\ndef prefill_door(req):\n"
+                                     "    while True:\n        try:\n            pass\n"
+                                     "        except Exception:\n            pass\n",
+                                     "did not finish within 1 s"),
+    "loop the symbolic pass cannot reach": (
+        "p.py", "base = '0.5.20'\ndef prefill_door(req):\n"
+        "    if [0, 1, 1, 1, 1][req.origin_pages]:\n        while True:\n            pass\n"
+        "    return False\n", "prefill_door did not finish within 1 s"),
+    "non-bool on one branch": ("p.py", "base = '0.5.20'\ndef prefill_door(req):\n"
+                               "    if req.is_retracted:\n        return 'x'\n    return False\n",
+                               "prefill_door returns 'x' (str) on some request; it must return "
+                               "bool (when req.is_retracted == 1)"),
+    "multi-line exception": ("p.py", "base = '0.5.20'\nraise ValueError('one\\ntwo\\nthree')\n",
+                             "does not import: ValueError: one"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(PROPOSALS))
+def test_proposals_are_user_code_behind_a_boundary(tmp_path, kind):
+    """Whatever a proposal does at import or in a guard, the command ends in
+    one line and exit 2 within the time limit ($REQMODEL_USERCODE_SECONDS, 1
+    here; twice that for the import), writing nothing; a wrong return type on
+    any path is refused before the run."""
+    name, text, fragment = PROPOSALS[kind]
+    f = tmp_path / name
+    f.write_bytes(text if isinstance(text, bytes) else text.encode())
+    r = subprocess.run([sys.executable, "-c", "from reqmodel.cli import main; main()", "guard",
+                        "check", name, "--scenario", "incident", "--no-cost", "--out", "out"],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                       env={**os.environ, "REQMODEL_USERCODE_SECONDS": "1"})
+    if fragment is None:  # a proposal is Python source whatever its suffix
+        assert r.returncode == 0, r.stderr
+        assert "replaces prefill_door" in r.stdout
+        return
+    one_line(r, fragment)
+    assert str(name) in r.stderr
+    assert r.stdout == "" and not (tmp_path / "out").exists()

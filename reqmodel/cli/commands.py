@@ -31,12 +31,13 @@ class UserError(Exception):
 
 
 from reqmodel.proposals.proposal import ProposalError  # noqa: E402
+from reqmodel import usercode  # noqa: E402
 from reqmodel.conform import ConformError  # noqa: E402
 from reqmodel.model.properties import Kind
 
 _USER_ERRORS = (UserError, sc_mod.ScenarioError, rel_mod.ReleaseError,
                 props_mod.PropertyError, TraceFileError, BoundExceeded, ProposalError,
-                ConformError, EngineInputError)
+                ConformError, EngineInputError, usercode.UserCodeError)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -215,7 +216,7 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
                      "(n) = length of "
                      "the minimised counterexample; 'holds' = none found within the budget")
     elif engine == "z3":
-        stdout.print(f"z3: 'holds to depth k' = no violation of at most k steps; 'proved' = none "
+        stdout.print("z3: 'holds to depth k' = no violation of at most k steps; 'proved' = none "
                      "of any length (no simple path was left at some depth); (n) = length of the "
                      "shortest counterexample, or of the shortest path to the good state")
     else:
@@ -823,7 +824,11 @@ def _conform_traces(root, paths, rels, as_json) -> None:
 
 def main(argv: Optional[List[str]] = None) -> None:
     try:
-        cli.main(args=argv, prog_name="reqmodel", standalone_mode=False)
+        with usercode.watchdog():  # proposals are user code (reqmodel/usercode.py)
+            cli.main(args=argv, prog_name="reqmodel", standalone_mode=False)
+    except usercode.Overrun as exc:  # stopped just outside a proposal's own boundary
+        click.echo(f"reqmodel: {usercode.overrun_message(str(exc))}", err=True)
+        sys.exit(2)
     except click.exceptions.Abort:
         click.echo("reqmodel: aborted", err=True)
         sys.exit(130)

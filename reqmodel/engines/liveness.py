@@ -127,7 +127,6 @@ def first_stuck(states: Sequence, edges: Edges, goal, pending) -> Optional[Stuck
     radj = _adjacency(n, edges, lambda u, v: True, reverse=True)
     bottom = _bottom(n, edges)
     order, parent = _untimed(n, edges)
-    rank = {v: k for k, v in enumerate(order)}
     best: Optional[Tuple[int, int]] = None  # (rank, rid)
     for r in range(len(states[0].p)):
         can = bytearray(n)

@@ -44,6 +44,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
+from reqmodel import usercode
 from reqmodel.engines import exhaustive, liveness
 from reqmodel.engines.exhaustive import (BoundExceeded, Checks, Exploration, _Interner, _path,
                                          verdicts_of)
@@ -274,6 +275,7 @@ def _worker(shard: _Shard, k: int, n: int, inboxes, conn) -> None:
         # unpack in the order each sender sent, phase by phase
         return got + [recv[src].unpack(body) for _, src, body in mine]
 
+    usercode.rearm_after_fork()
     try:
         shard.keep_part(k, n)
         while True:
@@ -285,6 +287,8 @@ def _worker(shard: _Shard, k: int, n: int, inboxes, conn) -> None:
                 conn.send(shard.result())
                 conn.send(shard.states(conn.recv()))
                 return
+    except usercode.UserCodeError as exc:  # a proposal's error: the user's one line
+        conn.send(_Failure(traceback.format_exc(), str(exc)))
     except BaseException:  # pragma: no cover - reported by the coordinator
         conn.send(_Failure(traceback.format_exc()))
 
@@ -427,11 +431,14 @@ class _Failure:
     """What a worker sends instead of its next message when it fails."""
 
     traceback: str
+    user_error: Optional[str] = None  # a proposal's own failure, already one line
 
 
 def _recv(conn):
     msg = conn.recv()
     if isinstance(msg, _Failure):
+        if msg.user_error is not None:
+            raise usercode.UserCodeError(msg.user_error)
         raise RuntimeError(f"an exploration worker failed:\n{msg.traceback}")
     return msg
 

@@ -18,17 +18,22 @@ has), and ``scenario_overrides`` (TOML-shaped tables forced onto every
 scenario, e.g. ``{"prefill": {"kv_checksum": True}, "decode": {"kv_checksum":
 True}}``).
 
-A replaced guard point is wrapped: a wrong return type, or an exception raised
-inside it, stops the check with a one-line :class:`ProposalError` naming the
-file and the guard point.
+A proposal is trusted user code, run in this process (``reqmodel.usercode``):
+whatever it raises at import or in a guard (``SystemExit`` included) and a
+call that runs past the time limit stop the command with a one-line
+:class:`ProposalError` naming the file and the guard point. A guard that can
+return anything but what its point returns, on any path, is refused when the
+file is loaded, before anything runs (:func:`_check_returns`, by the
+symbolic execution of ``engines.z3.guard_diff``); a wrapper still checks
+every concrete return.
 """
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import inspect
 import pathlib
-import sys
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict
 
 import attrs
 
@@ -40,6 +45,7 @@ from reqmodel.model.guards import (DROP, REQUEUE, RETIRE, SEND, finished, is_abo
                      is_unadmitted_reject)
 from reqmodel.model.releases import RETIRE_CLEANUP_FULL  # noqa: F401 (API)
 from reqmodel.model.state import ABORT_400, ABORT_500, LENGTH, Finish  # noqa: F401 (API)
+from reqmodel import usercode
 
 FINISH_LENGTH = LENGTH
 
@@ -48,7 +54,7 @@ def FINISH_ABORT(status: int = 500) -> Finish:  # noqa: N802 (SGLang's name)
     return Finish("abort", status)
 
 
-class ProposalError(ValueError):
+class ProposalError(usercode.UserCodeError):
     """A proposal that cannot be used; one line naming the file and the problem."""
 
 
@@ -83,35 +89,104 @@ class Proposal:
             raise ProposalError(f"{self.path}: scenario_overrides: {exc}") from None
 
 
-def _wrap(path: str, gp: g.GuardPoint, fn: Callable) -> Callable:
+def _wrap(path: str, gp: g.GuardPoint, fn: Callable, limit: float) -> Callable:
+    label = f"{gp.name}"
+
     def guarded(*args):
+        usercode.enter(label, limit)
         try:
             out = fn(*args)
-        except Exception as exc:  # a bug in the proposal, reported in one line
-            raise ProposalError(f"{path}: {gp.name} raised {type(exc).__name__}: {exc}") from None
+        except KeyboardInterrupt:
+            raise
+        except usercode.Overrun:
+            raise ProposalError(f"{path}: {usercode.overrun_message(gp.name)}") from None
+        except BaseException as exc:  # a bug in the proposal, reported in one line
+            raise ProposalError(f"{path}: {gp.name} raised {usercode.describe(exc)}") from None
+        finally:
+            usercode.leave()
         if not gp.valid(out):
-            raise ProposalError(f"{path}: {gp.name} returned {out!r} ({type(out).__name__}); "
+            raise ProposalError(f"{path}: {gp.name} returned {_short(out)} ({type(out).__name__}); "
                                 f"it must return {gp.returns}")
         return out
-    guarded.__name__ = fn.__name__
-    guarded.__doc__ = fn.__doc__ or f"{gp.name} from {path}"
+    guarded.__name__ = getattr(fn, "__name__", gp.name)
+    guarded.__doc__ = getattr(fn, "__doc__", None) or f"{gp.name} from {path}"
     guarded.__wrapped__ = fn
     return guarded
+
+
+def _short(value: Any, width: int = 60) -> str:
+    try:
+        text = repr(value)
+    except BaseException:  # a user object whose repr fails
+        text = f"<{type(value).__name__}>"
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+MAX_BYTES = 4 << 20  # a proposal is a page of Python, not a data file
+
+
+def _import(path: str, p: pathlib.Path, limit: float):
+    """The proposal file as a module, read as Python source whatever its
+    suffix; whatever it raises, a one-line ProposalError."""
+    try:
+        size = p.stat().st_size
+    except OSError as exc:
+        raise ProposalError(f"{path}: cannot be read: {exc.strerror}") from None
+    if size > MAX_BYTES:
+        raise ProposalError(f"{path}: larger than 4 MiB; not a proposal file")
+    name = "reqmodel_proposal_" + "".join(c if c.isalnum() else "_" for c in p.stem)[:60]
+    loader = importlib.machinery.SourceFileLoader(name, str(p))
+    spec = importlib.util.spec_from_file_location(name, str(p), loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    usercode.enter("importing it", 2 * limit)
+    try:
+        loader.exec_module(module)
+    except KeyboardInterrupt:
+        raise
+    except usercode.Overrun:
+        raise ProposalError(f"{path}: {usercode.overrun_message('importing it')}") from None
+    except SyntaxError as exc:
+        line = f" (line {exc.lineno})" if exc.lineno else ""
+        raise ProposalError(f"{path}: does not import: SyntaxError: {exc.msg}{line}") from None
+    except BaseException as exc:
+        raise ProposalError(f"{path}: does not import: {usercode.describe(exc)}") from None
+    finally:
+        usercode.leave()
+    return module
+
+
+def _typed(path: str, module, field: str, types: tuple, what: str):
+    value = getattr(module, field, None)
+    if value is not None and not isinstance(value, types):
+        raise ProposalError(f"{path}: {field} must be {what}, not {_short(value)} "
+                            f"({type(value).__name__})")
+    return value
+
+
+def _overrides(path: str, value) -> Dict[str, Dict[str, Any]]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ProposalError(f"{path}: scenario_overrides must be a dict of tables, not "
+                            f"{type(value).__name__}")
+    for table, values in value.items():
+        if not isinstance(table, str):
+            raise ProposalError(f"{path}: scenario_overrides: a table name must be a string, "
+                                f"not {_short(table)}")
+        if not isinstance(values, dict) or not all(isinstance(k, str) for k in values):
+            raise ProposalError(f"{path}: scenario_overrides[{_short(table)}] must be a dict "
+                                "with string keys")
+    return value
 
 
 def load(path: str) -> Proposal:
     p = pathlib.Path(path)
     if not p.is_file():
         raise ProposalError(f"{path}: no such proposal file")
-    spec = importlib.util.spec_from_file_location(f"reqmodel_proposal_{p.stem.replace('-', '_')}", p)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as exc:
-        raise ProposalError(f"{path}: does not import: SyntaxError: {exc.msg} (line {exc.lineno})") from None
-    except Exception as exc:
-        raise ProposalError(f"{path}: does not import: {type(exc).__name__}: {exc}") from None
-    base_name = getattr(module, "base", None)
+    limit = usercode.guard_seconds()
+    module = _import(path, p, limit)
+    base_name = _typed(path, module, "base", (str,), "a release name such as \"0.5.20\"")
     if base_name is None:
         raise ProposalError(f"{path}: names no base release (add base = \"0.5.20\", say)")
     try:
@@ -127,8 +202,9 @@ def load(path: str) -> Proposal:
             continue  # imported helpers
         gp = g.GUARD_POINTS.get(name)
         if gp is None:
+            shown = name if len(name) <= 40 else name[:37] + "..."
             raise ProposalError(
-                f"{path}: {name} is not a guard point (known: {', '.join(g.GUARD_POINTS)}); "
+                f"{path}: {shown} is not a guard point (see 'reqmodel guard points'); "
                 "name helpers with a leading underscore")
         try:
             params = list(inspect.signature(value).parameters.values())
@@ -139,32 +215,52 @@ def load(path: str) -> Proposal:
             got = ", ".join(q.name for q in params)
             raise ProposalError(f"{path}: {name}({got}) has the wrong signature; "
                                 f"it must be {name}({', '.join(gp.args)})")
-        changes[name] = _wrap(path, gp, value)
+        changes[name] = _wrap(path, gp, value, limit)
         replaced.append(name)
-    cleanup = getattr(module, "retire_cleanup", None)
+    cleanup = _typed(path, module, "retire_cleanup", (tuple, list),
+                     f"a tuple of steps from {sorted(RETIRE_STEPS)}")
     if cleanup is not None:
-        if (not isinstance(cleanup, (tuple, list))
-                or not all(isinstance(x, str) and x in RETIRE_STEPS for x in cleanup)):
+        if not all(isinstance(x, str) and x in RETIRE_STEPS for x in cleanup):
             raise ProposalError(f"{path}: retire_cleanup must be a tuple of steps from "
                                 f"{sorted(RETIRE_STEPS)}")
         changes["retire_cleanup"] = tuple(cleanup)
         replaced.append("retire_cleanup")
-    checksum = getattr(module, "checksum", None)
+    checksum = _typed(path, module, "checksum", (str,), '"prompt" or "suffix"')
     if checksum is not None:
         if checksum not in ("prompt", "suffix"):
             raise ProposalError(f"{path}: checksum must be \"prompt\" or \"suffix\"")
         changes["checksum"] = CHECKSUMS[checksum]
         replaced.append("checksum")
-    overrides = getattr(module, "scenario_overrides", {}) or {}
-    if not isinstance(overrides, dict):
-        raise ProposalError(f"{path}: scenario_overrides must be a dict of tables")
+    overrides = _overrides(path, getattr(module, "scenario_overrides", None))
+    description = _typed(path, module, "description", (str,), "a string")
     if not replaced and not overrides:
         raise ProposalError(f"{path}: replaces no guard point and sets no option")
     name = p.stem
     release = attrs.evolve(base, name=f"{base.name}+{name}", **changes)
+    doc = module.__doc__ if isinstance(module.__doc__, str) else ""
     prop = Proposal(path=str(path), name=name, release=release, base=base,
                     replaced=tuple(replaced), scenario_overrides=overrides,
-                    description=str(getattr(module, "description", "") or (module.__doc__ or "")).strip())
-    # validate overrides now, on the default scenario, before anything runs
+                    description=(description or doc).strip())
+    # before anything runs: the overrides on the default scenario, and what
+    # every replaced guard can return on any path
     prop.apply(sc_mod.builtin(sc_mod.DEFAULT))
+    _check_returns(prop)
     return prop
+
+
+def _check_returns(prop: Proposal) -> None:
+    """Refuse a guard that returns a wrong type on some path, or does not
+    return at all, found by running it on symbolic requests
+    (``guard_diff.paths``). A guard the symbolic encoding cannot follow
+    (an integer field as an index, say) is left to the concrete checks."""
+    from reqmodel.engines.z3 import guard_diff as symbolic
+    points = prop.release.guard_points()
+    for name in prop.replaced:
+        if name not in g.GUARD_POINTS:
+            continue
+        try:
+            symbolic.paths(name, points[name])
+        except symbolic.BadGuard as exc:
+            raise ProposalError(f"{prop.path}: {exc}") from None
+        except symbolic.SymbolicError:
+            continue

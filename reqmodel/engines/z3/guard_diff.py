@@ -24,6 +24,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import attrs
 import z3
 
+from reqmodel import usercode
 from reqmodel.model import guards as g
 from reqmodel.model.releases import RELEASES
 from reqmodel.model.state import ABORT_400, ABORT_500, LENGTH, Finish
@@ -33,6 +34,11 @@ MAX_PATHS = 20_000
 
 class SymbolicError(ValueError):
     """A guard cannot be encoded (one line for the user)."""
+
+
+class BadGuard(SymbolicError):
+    """A guard that is wrong whatever the model does: on some path it returns
+    what its point cannot return, or it does not return at all."""
 
 
 # ----------------------------------------------------------------- domains
@@ -281,7 +287,7 @@ def _concrete(v):
     if isinstance(v, SymBool):
         return bool(v)
     if isinstance(v, SymInt):
-        raise SymbolicError("returns an integer field")
+        raise BadGuard("returns an integer field")
     return v
 
 
@@ -297,6 +303,7 @@ def paths(gp_name: str, fn: Callable) -> Tuple[Path, ...]:
     doms = arg_domains(gp_name)
     base = domain_constraints(gp_name)
     f = unwrap(fn)
+    limit = usercode.guard_seconds()
     out: List[Path] = []
     stack: List[List[int]] = [[]]
     while stack:
@@ -304,32 +311,65 @@ def paths(gp_name: str, fn: Callable) -> Tuple[Path, ...]:
         run = _Run(prefix, base)
         args = [_read(run, a, "", doms[a][""]) if "" in doms[a] else SymView(run, a, doms[a])
                 for a in gp.args]
+        usercode.enter(gp_name, limit)
         try:
             result = _concrete(f(*args))
         except _Infeasible:
             result = _Infeasible
+        except BadGuard as exc:
+            raise BadGuard(f"{_label(gp_name, f)} {exc} on some request") from None
         except SymbolicError as exc:
-            raise SymbolicError(f"{gp_name} ({_name(f)}) cannot be encoded: it {exc}") from None
-        except Exception as exc:
-            raise SymbolicError(f"{gp_name} ({_name(f)}) raised {type(exc).__name__}: {exc} "
+            raise SymbolicError(f"{_label(gp_name, f)} cannot be encoded: it {exc}") from None
+        except KeyboardInterrupt:
+            raise
+        except usercode.Overrun:
+            raise BadGuard(usercode.overrun_message(_label(gp_name, f))
+                           + " on a symbolic request") from None
+        except BaseException as exc:
+            raise SymbolicError(f"{_label(gp_name, f)} raised {usercode.describe(exc)} "
                                 "on a symbolic request") from None
+        finally:
+            usercode.leave()
         for k in range(len(prefix), len(run.decisions)):
             for j in range(1, run.arity[k]):
                 stack.append(run.decisions[:k] + [j])
         if result is _Infeasible:
             continue
         if not gp.valid(result):
-            raise SymbolicError(f"{gp_name} ({_name(f)}) returned {result!r}; "
-                                f"it must return {gp.returns}")
+            raise BadGuard(f"{_label(gp_name, f)} returns {_short(result)} "
+                           f"({type(result).__name__}) on some request; it must return "
+                           f"{gp.returns}{_where(run.conds)}")
         out.append(Path(z3.And(*run.conds) if run.conds else z3.BoolVal(True), result,
                         tuple(run.reads)))
         if len(out) > MAX_PATHS:
-            raise SymbolicError(f"{gp_name} ({_name(f)}) has more than {MAX_PATHS} paths")
+            raise SymbolicError(f"{_label(gp_name, f)} has more than {MAX_PATHS} paths")
     return tuple(out)
+
+
+def _short(value: Any, width: int = 60) -> str:
+    try:
+        text = " ".join(repr(value).split())
+    except BaseException:  # a user object whose repr fails
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _where(conds: Sequence[z3.BoolRef]) -> str:
+    """Where a path goes, for a message: its conditions, cut short."""
+    if not conds:
+        return ""
+    text = " ".join(str(z3.And(*conds) if len(conds) > 1 else conds[0]).split())
+    return f" (when {text if len(text) <= 100 else text[:97] + '...'})"
 
 
 def _name(f: Callable) -> str:
     return getattr(f, "__name__", repr(f))
+
+
+def _label(gp_name: str, f: Callable) -> str:
+    """The guard point, and the function when its name differs."""
+    name = _name(f)
+    return gp_name if name == gp_name else f"{gp_name} ({name})"
 
 
 # ---------------------------------------------------- concrete assignments
