@@ -29,6 +29,13 @@ def one_line(r, fragment):
     assert len(lines[0]) < 300, lines[0]
 
 
+def last_line(r, fragment):
+    """A failure after the work ran: the progress lines, then one line."""
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr
+    assert fragment in r.stderr.splitlines()[-1], r.stderr
+
+
 def files_under(path):
     return sorted(p for p in pathlib.Path(path).rglob("*") if p.is_file())
 
@@ -209,3 +216,44 @@ def test_proposals_are_user_code_behind_a_boundary(tmp_path, kind):
     one_line(r, fragment)
     assert str(name) in r.stderr
     assert r.stdout == "" and not (tmp_path / "out").exists()
+
+
+def test_a_write_that_fails_leaves_nothing(tmp_path):
+    """Every command writes all its files or none (reqmodel/output.py): here
+    the first release's trace directory cannot be made (a file is in the
+    way), and the second release's traces are not written either."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "0.5.19").write_text("")
+    r = run("check", "--release", "0.5.19,0.5.20", "--out", "out", cwd=tmp_path)
+    last_line(r, "cannot write out/0.5.19/")
+    assert "Not a directory" in r.stderr and "were not written either" in r.stderr
+    assert files_under(tmp_path / "out") == [tmp_path / "out" / "0.5.19"]
+
+
+def test_audit_whose_report_cannot_be_written_leaves_no_trace(tmp_path):
+    (tmp_path / "afile").write_text("")
+    r = run("audit", "--release", "0.5.19",
+            "--prefill-args", "--context-length 1048576 --max-total-tokens 681280",
+            "--decode-args", "--context-length 1048576 --max-total-tokens 2040000",
+            "--out", "out", "--markdown", "afile/report.md", cwd=tmp_path)
+    last_line(r, "cannot write afile/report.md: Not a directory")
+    assert not (tmp_path / "out").exists()
+
+
+def test_guard_check_that_fails_on_a_later_scenario_leaves_no_trace(tmp_path):
+    """The proposal breaks cells on the first scenario (traces due) and
+    raises on the second: nothing is written."""
+    (tmp_path / "p.py").write_text(
+        "base = '0.5.20'\n_calls = [0]\n"
+        "def prefill_door(req):\n"
+        "    _calls[0] += 1\n"
+        "    if _calls[0] > 100:\n"
+        "        raise RuntimeError('late')\n"
+        "    return bool(req.is_retracted)\n")
+    r = run("guard", "check", "p.py", "--scenario", "retract-abort", "--scenario", "room-reuse",
+            "--no-cost", "--out", "out", cwd=tmp_path)
+    one_line(r, "p.py: prefill_door raised RuntimeError: late")
+    assert not (tmp_path / "out").exists()
+    r = run("guard", "check", "p.py", "--scenario", "retract-abort", "--no-cost", "--out", "out",
+            cwd=tmp_path)
+    assert r.returncode == 0 and files_under(tmp_path / "out"), "the first scenario alone writes"

@@ -31,13 +31,14 @@ class UserError(Exception):
 
 
 from reqmodel.proposals.proposal import ProposalError  # noqa: E402
-from reqmodel import usercode  # noqa: E402
+from reqmodel import output, usercode  # noqa: E402
 from reqmodel.conform import ConformError  # noqa: E402
 from reqmodel.model.properties import Kind
 
 _USER_ERRORS = (UserError, sc_mod.ScenarioError, rel_mod.ReleaseError,
                 props_mod.PropertyError, TraceFileError, BoundExceeded, ProposalError,
-                ConformError, EngineInputError, usercode.UserCodeError)
+                ConformError, EngineInputError, usercode.UserCodeError,
+                output.OutputError)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -297,9 +298,7 @@ def audit_cmd(release, prefill_args, decode_args, env, prefill_log, decode_log, 
         import shlex
         cmd = "reqmodel audit " + " ".join(shlex.quote(x) for x in sys.argv[1:] if x != "audit") \
             if sys.argv[1:2] == ["audit"] else "reqmodel audit ..."
-        path = pathlib.Path(markdown)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(report.to_markdown(result, cmd), encoding="utf-8")
+        output.write_text(pathlib.Path(markdown), report.to_markdown(result, cmd))
     if as_json:
         click.echo(json.dumps(result.as_json(), indent=1))
     else:
@@ -824,7 +823,8 @@ def _conform_traces(root, paths, rels, as_json) -> None:
 
 def main(argv: Optional[List[str]] = None) -> None:
     try:
-        with usercode.watchdog():  # proposals are user code (reqmodel/usercode.py)
+        # proposals are user code (usercode.py); a command writes all its files or none
+        with usercode.watchdog(), output.transaction():
             cli.main(args=argv, prog_name="reqmodel", standalone_mode=False)
     except usercode.Overrun as exc:  # stopped just outside a proposal's own boundary
         click.echo(f"reqmodel: {usercode.overrun_message(str(exc))}", err=True)

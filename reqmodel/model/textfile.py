@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Type
 
+from reqmodel import output
+
 MAX_BYTES = 4 * 1024 * 1024  # the largest corpus trace is ~0.4 MB
 MAX_DEPTH = 64  # brackets and braces; a scenario needs 2, a trace about 8
 MAX_DIGITS = 40  # a number's digits; the model's largest values have 3
@@ -16,9 +18,13 @@ def read(path: str, what: str, error: Type[Exception], fmt: str) -> str:
     """The text of ``path`` (``fmt`` is ``"toml"`` or ``"json"``), or
     ``error`` with one line: missing, unreadable, too large, not UTF-8,
     nested too deeply, a number too long."""
+    staged = output.pending(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_BYTES + 1)
+        if staged is not None:
+            data = staged.encode("utf-8")
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(MAX_BYTES + 1)
     except FileNotFoundError:
         raise error(f"{path}: no such {what} file") from None
     except IsADirectoryError:

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Tuple
 
 import attrs
 
+from reqmodel import output
 from reqmodel.model import textfile
 from reqmodel.model.actions import BY_NAME, Step
 from reqmodel.model.scenario import Scenario
@@ -153,8 +154,7 @@ def to_itf(trace, scenario: Scenario, engine: str = "exhaustive",
 def write(path, trace, scenario: Scenario, engine: str = "exhaustive",
           extra_meta: Dict[str, Any] = None) -> None:
     data = to_itf(trace, scenario, engine, extra_meta)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    output.write_text(path, json.dumps(data, indent=1) + "\n")
 
 
 def read(path) -> Tuple[Dict[str, Any], Tuple[Step, ...]]:
