@@ -124,7 +124,10 @@ def describe(exc: BaseException) -> str:
     """An exception as one short line: ``Type: first line of the message``."""
     if isinstance(exc, SystemExit):
         return f"SystemExit({exc.code!r})"
-    text = str(exc).strip().splitlines()
+    try:
+        text = str(exc).strip().splitlines()
+    except BaseException:  # noqa: BLE001 (a user exception whose __str__ fails)
+        text = []
     first = text[0] if text else ""
     if len(first) > 120:
         first = first[:117] + "..."

@@ -170,7 +170,7 @@ PROPOSALS = {
     "override values not a dict": ("p.py", "base = '0.5.20'\n"
                                    "scenario_overrides = {'prefill': [1]}\n",
                                    "scenario_overrides['prefill'] must be a dict"),
-    "garbage shared object": ("p.so", bytes(range(256)) * 8, "does not import:"),
+    "garbage shared object": ("p.so", bytes(range(256)) * 8, "not UTF-8 text: byte 0x80"),
     "sys.exit(3) at import": ("p.py", "import sys\nbase = '0.5.20'\nsys.exit(3)\n",
                               "does not import: SystemExit(3)"),
     "SystemExit(0) in a guard": ("p.py", "base = '0.5.20'\ndef prefill_door(req):\n"

@@ -62,6 +62,11 @@ def read_log(path: str, role: str, release: str) -> LogFacts:
         raise AuditError(
             f"--{role}-log {path}: no 'max_total_num_tokens=..., context_len=...' line "
             f"(the scheduler's startup line, {LOG_CITES[release]}): give the worker's startup log")
+    for m in found:
+        if len(m["tokens"]) > 18 or len(m["context"]) > 18:
+            line = text.count("\n", 0, m.start()) + 1
+            raise AuditError(f"--{role}-log {path}: line {line}: a number of more than 18 digits "
+                             "in the startup line")
     contexts = {int(m["context"]) for m in found}
     if len(contexts) > 1:
         raise AuditError(f"--{role}-log {path}: its startup lines name different context "

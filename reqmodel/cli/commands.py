@@ -603,6 +603,8 @@ def guard_diff_cmd(a, b, scenario_names, no_reach, points, max_states, as_json) 
     import time
     from reqmodel.engines.z3 import guard_diff as symbolic
     sa, sb = symbolic.subject(a), symbolic.subject(b)
+    if no_reach and scenario_names:
+        raise UserError("--scenario is for the reachability column, which --no-reach skips")
     scenarios = None
     if not no_reach:
         scenarios = ([sc_mod.builtin(n) for n in scenario_names] if scenario_names

@@ -521,6 +521,8 @@ def select(names) -> Tuple[Property, ...]:
     out = []
     for n in names:
         if n not in CATALOG:
-            raise PropertyError(f"unknown property {n!r} (known: {', '.join(CATALOG)})")
+            from reqmodel.messages import did_you_mean, short
+            raise PropertyError(f"unknown property {short(n)}{did_you_mean(n, CATALOG)} "
+                                "('reqmodel properties' lists them)")
         out.append(CATALOG[n])
     return tuple(out)

@@ -310,12 +310,16 @@ def get(name: str) -> Release:
     try:
         return RELEASES[name]
     except KeyError:
-        raise ReleaseError(
-            f"unknown release {name!r} (known: {', '.join(NAMES)})") from None
+        shown = repr(name) if len(repr(name)) <= 40 else repr(name)[:37] + "..."
+        raise ReleaseError(f"unknown release {shown} (known: {', '.join(NAMES)})") from None
 
 
 def resolve(spec: str) -> Tuple[Release, ...]:
     """``all`` or a comma-separated list of release names."""
     if spec == "all":
         return tuple(RELEASES.values())
-    return tuple(get(part.strip()) for part in spec.split(",") if part.strip())
+    parts = [part.strip() for part in spec.split(",")]
+    if not all(parts):
+        raise ReleaseError(f"an empty release name in {spec[:60]!r} (give names such as "
+                           "0.5.19,0.5.20, or all)")
+    return tuple(get(part) for part in parts)

@@ -15,6 +15,7 @@ from typing import Any, Dict, Optional, Tuple
 
 import attrs
 
+from reqmodel import messages
 from reqmodel.model import releases, textfile
 
 
@@ -196,10 +197,8 @@ EVENT_NAMES = tuple(f.name for f in attrs.fields(Events))
 _EVENTS = set(EVENT_NAMES)
 
 
-def _short(value: Any, limit: int = 60) -> str:
-    """A user's value for a one-line message: its repr, cut to ``limit``."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+did_you_mean = messages.did_you_mean
+_short = messages.short
 
 
 def _check_keys(where: str, table: Dict[str, Any], allowed: set) -> None:
@@ -479,8 +478,9 @@ DEFAULT = "incident"
 
 def builtin(name: str) -> Scenario:
     if name not in builtin_names():
-        raise ScenarioError(
-            f"unknown scenario {_short(name)} (built-in: {', '.join(builtin_names())})")
+        raise ScenarioError(f"unknown scenario {_short(name)}"
+                            f"{did_you_mean(name, builtin_names())} "
+                            "('reqmodel scenarios' lists the built-in ones)")
     text = resources.files("reqmodel").joinpath("scenarios", f"{name}.toml").read_text()
     return from_dict(tomllib.loads(text), origin=name)
 

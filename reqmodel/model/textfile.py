@@ -15,7 +15,7 @@ MAX_DIGITS = 40  # a number's digits; the model's largest values have 3
 
 
 def read(path: str, what: str, error: Type[Exception], fmt: str) -> str:
-    """The text of ``path`` (``fmt`` is ``"toml"`` or ``"json"``), or
+    """The text of ``path`` (``fmt`` is ``"toml"``, ``"json"`` or ``"python"``), or
     ``error`` with one line: missing, unreadable, too large, not UTF-8,
     nested too deeply, a number too long."""
     staged = output.pending(path)
@@ -41,7 +41,8 @@ def read(path: str, what: str, error: Type[Exception], fmt: str) -> str:
                     f"{exc.start}") from None
     if text.startswith("\ufeff"):
         text = text[1:]
-    _shape(text, path, error, fmt)
+    if fmt != "python":  # Python's compiler has its own nesting limit (a SyntaxError)
+        _shape(text, path, error, fmt)
     return text
 
 

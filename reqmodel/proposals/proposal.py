@@ -29,10 +29,9 @@ every concrete return.
 """
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import inspect
 import pathlib
+import types
 from typing import Any, Callable, Dict
 
 import attrs
@@ -41,11 +40,12 @@ from reqmodel.model import guards as g
 from reqmodel.model import releases
 from reqmodel.model.behaviours import CHECKSUMS
 from reqmodel.model import scenario as sc_mod
+from reqmodel.model import textfile
 from reqmodel.model.guards import (DROP, REQUEUE, RETIRE, SEND, finished, is_aborted,  # noqa: F401 (API)
                      is_unadmitted_reject)
 from reqmodel.model.releases import RETIRE_CLEANUP_FULL  # noqa: F401 (API)
 from reqmodel.model.state import ABORT_400, ABORT_500, LENGTH, Finish  # noqa: F401 (API)
-from reqmodel import usercode
+from reqmodel import messages, usercode
 
 FINISH_LENGTH = LENGTH
 
@@ -114,34 +114,20 @@ def _wrap(path: str, gp: g.GuardPoint, fn: Callable, limit: float) -> Callable:
     return guarded
 
 
-def _short(value: Any, width: int = 60) -> str:
-    try:
-        text = repr(value)
-    except BaseException:  # a user object whose repr fails
-        text = f"<{type(value).__name__}>"
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[:width - 3] + "..."
-
-
-MAX_BYTES = 4 << 20  # a proposal is a page of Python, not a data file
+_short = messages.short
 
 
 def _import(path: str, p: pathlib.Path, limit: float):
-    """The proposal file as a module, read as Python source whatever its
-    suffix; whatever it raises, a one-line ProposalError."""
-    try:
-        size = p.stat().st_size
-    except OSError as exc:
-        raise ProposalError(f"{path}: cannot be read: {exc.strerror}") from None
-    if size > MAX_BYTES:
-        raise ProposalError(f"{path}: larger than 4 MiB; not a proposal file")
+    """The proposal file as a module: read as bytes, decoded as UTF-8 and
+    compiled as Python source whatever its suffix; whatever it raises, a
+    one-line ProposalError."""
+    text = textfile.read(str(path), "proposal", ProposalError, "python")
     name = "reqmodel_proposal_" + "".join(c if c.isalnum() else "_" for c in p.stem)[:60]
-    loader = importlib.machinery.SourceFileLoader(name, str(p))
-    spec = importlib.util.spec_from_file_location(name, str(p), loader=loader)
-    module = importlib.util.module_from_spec(spec)
+    module = types.ModuleType(name)
+    module.__file__ = str(p)
     usercode.enter("importing it", 2 * limit)
     try:
-        loader.exec_module(module)
+        exec(compile(text, str(p), "exec"), module.__dict__)  # noqa: S102 (trusted user code)
     except KeyboardInterrupt:
         raise
     except usercode.Overrun:
@@ -182,8 +168,6 @@ def _overrides(path: str, value) -> Dict[str, Dict[str, Any]]:
 
 def load(path: str) -> Proposal:
     p = pathlib.Path(path)
-    if not p.is_file():
-        raise ProposalError(f"{path}: no such proposal file")
     limit = usercode.guard_seconds()
     module = _import(path, p, limit)
     base_name = _typed(path, module, "base", (str,), "a release name such as \"0.5.20\"")

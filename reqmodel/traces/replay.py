@@ -39,7 +39,9 @@ def load(path, release: Optional[str] = None, guards: Optional[str] = None) -> L
         prop_file = proposal.load(guards)
         rel = prop_file.release
     else:
-        name = release or meta.get("release")
+        if release is not None and not release.strip():
+            raise itf.TraceFileError("--release: an empty release name")
+        name = release if release is not None else meta.get("release")
         if not name:
             raise itf.TraceFileError(f"{path}: the trace names no release; pass --release")
         from reqmodel.proposals import mutants

@@ -6,10 +6,11 @@ The states' variables are not checked: replay recomputes them from the
 steps."""
 from __future__ import annotations
 
-import json
 from typing import Any, Type
 
 import jsonschema
+
+from reqmodel import messages
 
 _TEXT = {"type": "string", "maxLength": 200}
 _BIGINT = {"type": "object", "required": ["#bigint"], "additionalProperties": False,
@@ -66,11 +67,7 @@ def _where(path) -> str:
 
 def _short(value: Any, limit: int = 60) -> str:
     """The value as JSON (``null``, not ``None``), cut to ``limit``."""
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return messages.short(value, limit, as_json=True)
 
 
 def check(data: Any, path: str, error: Type[Exception]) -> None:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 import attrs
 import z3
 
-from reqmodel import usercode
+from reqmodel import messages, usercode
 from reqmodel.model import guards as g
 from reqmodel.model.releases import RELEASES
 from reqmodel.model.state import ABORT_400, ABORT_500, LENGTH, Finish
@@ -346,12 +346,7 @@ def paths(gp_name: str, fn: Callable) -> Tuple[Path, ...]:
     return tuple(out)
 
 
-def _short(value: Any, width: int = 60) -> str:
-    try:
-        text = " ".join(repr(value).split())
-    except BaseException:  # a user object whose repr fails
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= width else text[:width - 3] + "..."
+_short = messages.short
 
 
 def _where(conds: Sequence[z3.BoolRef]) -> str:
