@@ -257,3 +257,17 @@ def test_guard_check_that_fails_on_a_later_scenario_leaves_no_trace(tmp_path):
     r = run("guard", "check", "p.py", "--scenario", "retract-abort", "--no-cost", "--out", "out",
             cwd=tmp_path)
     assert r.returncode == 0 and files_under(tmp_path / "out"), "the first scenario alone writes"
+
+
+def test_conform_trace_on_a_mutant_or_proposal_trace_says_what_it_is(tmp_path):
+    """A mutant's or proposal's trace has no SGLang code of its own: one line
+    saying so and how to replay its steps on a release (it said the
+    conformance environment had no 'sglang door-without-cleanup')."""
+    mutant = ROOT / "counterexamples/mutants/door-without-cleanup"
+    mutant = sorted(mutant.glob("*.itf.json"))[0]
+    one_line(run("conform", "--trace", str(mutant), "--dir", "no-env", cwd=tmp_path),
+             "made on 'door-without-cleanup', a deliberate change of the model (a mutant)")
+    (tmp_path / "t.json").write_text(_trace_with(
+        lambda d: d["#meta"].update(guards="p.py", base="0.5.20")))
+    one_line(run("conform", "--trace", "t.json", "--dir", "no-env", cwd=tmp_path),
+             "made on the proposal p.py (base 0.5.20), which no SGLang release contains")

@@ -31,7 +31,7 @@ class UserError(Exception):
 
 
 from reqmodel.proposals.proposal import ProposalError  # noqa: E402
-from reqmodel import output, usercode  # noqa: E402
+from reqmodel import messages, output, usercode  # noqa: E402
 from reqmodel.conform import ConformError  # noqa: E402
 from reqmodel.model.properties import Kind
 
@@ -789,6 +789,21 @@ def conform_cmd(ctx, release, model_release, do_setup, root, target, as_json, sh
 
 def _conform_traces(root, paths, rels, as_json) -> None:
     from reqmodel.conform import traces
+    if rels == [None]:  # each trace on the release it names: a real one
+        from reqmodel.traces import itf
+        for path in paths:
+            meta, _ = itf.read(path)
+            name = meta.get("release")
+            if meta.get("guards"):
+                raise UserError(
+                    f"{path}: made on the proposal {meta['guards']} (base {meta.get('base')}), "
+                    "which no SGLang release contains; pass --release to replay its steps on a "
+                    "release's code")
+            if name not in rel_mod.NAMES:
+                raise UserError(
+                    f"{path}: made on {messages.short(name)}, a deliberate change of the model "
+                    "(a mutant) with no SGLang code of its own; pass --release to replay its "
+                    "steps on a release's code")
     results = []
     for rel in rels:
         results.extend(traces.run(root, paths, rel))
