@@ -172,3 +172,32 @@ def test_z3_engine_json_and_a_trace_that_replays(tmp_path):
                 cwd=tmp_path)
     (row,) = json.loads(quick.stdout)["results"]
     assert (row["verdict"], row["depth"]) == ("holds-to-depth", 1)
+
+
+def test_check_over_several_scenarios_ends_with_a_line_per_release(tmp_path):
+    """Comma lists for --scenario, as for --release; the answer per release
+    at the end of the text, and first in the JSON."""
+    r = run("check", "--release", "0.5.19,0.5.21", "--scenario", "incident,retract-abort",
+            "--out", "out", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "scenario incident" in r.stdout and "scenario retract-abort" in r.stdout
+    tail = r.stdout.strip().splitlines()[-2:]
+    assert tail[0].startswith("0.5.19: ") and tail[1].startswith("0.5.21: ")
+    assert all("(over 2 scenarios)" in line for line in tail)
+    r = run("check", "--release", "0.5.19,0.5.21", "--scenario", "incident,retract-abort",
+            "--out", "out", "--json", cwd=tmp_path)
+    data = json.loads(r.stdout)
+    assert list(data)[0] == "summary"
+    for rel, counts in data["summary"].items():
+        cells = [x for x in data["results"] if x["release"] == rel]
+        assert sum(counts.values()) == len(cells)
+        assert counts["violated"] == sum(x["verdict"] == "violated" for x in cells)
+    assert data["summary"]["0.5.19"]["violated"] > data["summary"]["0.5.21"]["violated"]
+    line = f"0.5.19: {data['summary']['0.5.19']['violated']} violated"
+    assert line in tail[0]
+
+
+@pytest.mark.parametrize("names", ["incident,", ",", "incident,,retract-abort"])
+def test_an_empty_name_in_a_scenario_list_is_refused(tmp_path, names):
+    r = run("check", "--scenario", names, cwd=tmp_path)
+    assert r.returncode == 2 and "an empty scenario name" in r.stderr

@@ -181,3 +181,29 @@ def test_a_proposal_checked_by_z3_gets_the_exhaustive_engines_changes():
     assert sum(r.change == "fixed" for r in z3_rows) == 5
     assert [(r.scenario, r.property) for r in z3_rows if r.change == "broken"] == [
         ("decode-reject", "answered-without-timeout")]
+
+
+def test_guard_check_leads_with_the_answer(tmp_path):
+    """The counts and the broken and fixed cells (with their traces) first;
+    the unchanged cells collapsed to one line unless --all; the JSON has the
+    counts first and its cells broken first."""
+    args = ("guard", "check", str(EX / "naive-door-on-0.5.20.py"), "--scenario",
+            "retract-abort,incident", "--no-cost", "--out", str(tmp_path / "out"))
+    r = run(*args)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("proposal ")
+    assert lines[1].startswith("BROKEN: 2, fixed: 1, still violated: 2, still hold: ")
+    body = r.stdout[:r.stdout.index("unchanged:")]
+    assert body.index("│ broken") < body.index("│ fixed")
+    assert "still-violated" not in body and "still-holds" not in body
+    assert "release-exactly-once" in body and "steps)" in body  # with its trace
+    everything = run(*args, "--all").stdout
+    assert "still-holds" in everything and "still-violated" in everything
+    assert everything.index("│ broken") < everything.index("│ fixed") \
+        < everything.index("still-violated") < everything.index("still-holds")
+    data = json.loads(run(*args, "--json").stdout)
+    assert list(data)[0] == "summary" and data["summary"]["broken"] == 2
+    changes = [x["change"] for x in data["results"]]
+    assert changes == sorted(changes, key=["broken", "fixed", "still-violated",
+                                           "still-holds"].index)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import click
 from rich.console import Console
@@ -50,7 +50,11 @@ def cli() -> None:
 def _scenarios(names: Tuple[str, ...], files: Tuple[str, ...],
                bounds: sc_mod.Bounds = sc_mod.EXHAUSTIVE) -> List[sc_mod.Scenario]:
     out: List[sc_mod.Scenario] = []
-    for name in names:
+    parts = [part.strip() for name in names for part in name.split(",")]
+    if not all(parts):
+        raise UserError("--scenario: an empty scenario name (give names such as "
+                        "incident,retract-abort, or all)")
+    for name in parts:
         if name == "all":
             out.extend(sc_mod.builtin(n) for n in sc_mod.builtin_names())
         else:
@@ -109,7 +113,8 @@ def _cell(r) -> str:
 @click.option("--release", "release", default="all", show_default=True,
               help="A release (0.5.19 ... 0.5.23), a comma-separated list, or 'all'.")
 @click.option("--scenario", "scenario_names", multiple=True,
-              help="A built-in scenario name, or 'all' (default: incident).")
+              help="A built-in scenario, a comma list of them, or 'all' (repeatable; "
+                   "default: incident).")
 @click.option("--scenario-file", "scenario_files", multiple=True,
               type=click.Path(dir_okay=False), help="A scenario TOML file.")
 @click.option("--property", "prop_names", multiple=True,
@@ -187,8 +192,10 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
                       progress=progress, write_witnesses=witnesses)
     except NetBoundError as e:
         raise UserError(f"{e}: raise --max-net")
-    if as_json:
-        click.echo(json.dumps({"results": [r.as_json() for r in results]}, indent=1))
+    summary = _summary(releases, results)
+    if as_json:  # the answer first: counts per release, then every cell
+        click.echo(json.dumps({"summary": summary, "results": [r.as_json() for r in results]},
+                              indent=1))
         return
     stdout = _console()
     for sc in scenarios:
@@ -223,6 +230,29 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
     else:
         stdout.print("(n) = length of the shortest counterexample, or of the shortest path to "
                      "the good state")
+    if len(scenarios) > 1 or len(releases) > 1:
+        for name, counts in summary.items():
+            stdout.print(_summary_line(name, counts, len(scenarios)), highlight=False)
+
+
+def _summary(releases, results) -> Dict[str, Dict[str, int]]:
+    """Per release, how many cells have each verdict (violated first)."""
+    order = ["violated", "holds", "holds-to-depth", "unreached-to-depth", "not-applicable"]
+    out: Dict[str, Dict[str, int]] = {}
+    for rel in releases:
+        counts = {k: 0 for k in order}
+        for r in results:
+            if r.release == rel.name:
+                counts[str(r.verdict)] = counts.get(str(r.verdict), 0) + 1
+        out[rel.name] = {k: v for k, v in counts.items() if v or k in ("violated", "holds")}
+    return out
+
+
+def _summary_line(release: str, counts: Dict[str, int], scenarios: int) -> str:
+    words = {"violated": "violated", "holds": "hold", "holds-to-depth": "hold to depth",
+             "unreached-to-depth": "not reached to depth", "not-applicable": "not applicable"}
+    parts = ", ".join(f"{n:,} {words.get(k, k)}" for k, n in counts.items())
+    return f"{release}: {parts} (over {scenarios} scenario{'s' * (scenarios != 1)})"
 
 
 @cli.command("audit")
@@ -477,7 +507,8 @@ def guard_points_cmd() -> None:
 @guard_group.command("check")
 @click.argument("proposal_file", type=click.Path(dir_okay=False))
 @click.option("--scenario", "scenario_names", multiple=True,
-              help="A built-in scenario (repeatable; default: every built-in one).")
+              help="A built-in scenario, a comma list of them, or 'all' (repeatable; default: "
+                   "every built-in one).")
 @click.option("--scenario-file", "scenario_files", multiple=True, type=click.Path(dir_okay=False))
 @click.option("--engine", type=click.Choice(["exhaustive", "z3"]), default="exhaustive",
               show_default=True, help="z3: bounded to --depth, and no waste measurements.")
@@ -485,7 +516,8 @@ def guard_points_cmd() -> None:
               help=f"z3: the most steps searched (default {Z3_DEFAULT_DEPTH}, at most {Z3_MAX_DEPTH}).")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="Where counterexamples are written (default reqmodel-out/guard/<proposal>).")
-@click.option("--all", "show_all", is_flag=True, help="Also list properties that still hold.")
+@click.option("--all", "show_all", is_flag=True,
+              help="List every cell, the unchanged ones too (default: broken and fixed).")
 @click.option("--no-cost", is_flag=True, help="Skip the waste measurements.")
 @click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
@@ -533,46 +565,58 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, depth
             raise UserError(f"{e}: this scenario needs the exhaustive engine")
         costs = {} if no_cost else guardcheck.cost(prop, scenarios, max_states=max_states)
         guardcheck.write(pending)  # only once everything ran
-    if as_json:
-        click.echo(json.dumps({"base": prop.base.name, "proposal": prop.path,
+    counts = {k: sum(r.change == k for r in rows) for k in CHANGE_ORDER}
+    if as_json:  # the answer first: the counts, then the cells, broken first
+        click.echo(json.dumps({"summary": counts,
+                               "base": prop.base.name, "proposal": prop.path,
                                "replaced": list(prop.replaced),
                                "first_pass": None if first is None else [_point_json(p) for p in first],
                                "same_as_base": bool(unchanged),
-                               "results": [r.as_json() for r in rows], "cost": costs}, indent=1))
+                               "results": [r.as_json() for r in _by_change(rows)],
+                               "cost": costs}, indent=1))
         return
     console = _console()
-    console.print(f"proposal {prop.path}: base {prop.base.name}, replaces "
-                  f"{', '.join(prop.replaced) or 'nothing'}"
-                  + (f", forces {prop.scenario_overrides}" if prop.scenario_overrides else ""),
-                  highlight=False, markup=False)
-    if first is None:
-        console.print(f"first pass (Z3) skipped: {first_note}", highlight=False, markup=False)
+    header = (f"proposal {prop.path}: base {prop.base.name}, replaces "
+              f"{', '.join(prop.replaced) or 'nothing'}"
+              + (f", forces {prop.scenario_overrides}" if prop.scenario_overrides else ""))
+    notes = [] if first is not None else [f"first pass (Z3) skipped: {first_note}"]
     for p in first or ():
         n = len(p.regions)
         what = {"same": "the base's own implementation",
                 "equivalent": "decides like the base on every request state (Z3)",
                 "differs": f"decides differently from the base in {n} region{'s' * (n != 1)} "
                            f"of request states (see 'reqmodel guard diff {prop.base.name} {prop.path}')"}
-        console.print(f"first pass: {p.name} {what[p.status]}", highlight=False, markup=False)
+        notes.append(f"first pass: {p.name} {what[p.status]}")
     if unchanged:
-        console.print("The proposal decides exactly like its base everywhere: its verdicts are "
-                      "the base's, so the exhaustive check was not run.", highlight=False, markup=False)
+        for line in [header, *notes, "The proposal decides exactly like its base everywhere: its "
+                     "verdicts are the base's, so the exhaustive check was not run."]:
+            console.print(line, highlight=False, markup=False)
         return
-    counts = {}
-    for r in rows:
-        counts[r.change] = counts.get(r.change, 0) + 1
-    table = Table(title="verdicts: base -> proposal", title_justify="left")
-    for col in ("scenario", "property", "base", "proposal", "change", "counterexample"):
-        table.add_column(col, no_wrap=col != "counterexample")
+    # the answer first: the counts, then the broken and fixed cells with their traces
+    console.print(f"{header}\n{_change_line(counts, len(scenarios))}", highlight=False,
+                  markup=False)
     style = {"fixed": "green", "broken": "bold red", "still-violated": "yellow", "still-holds": "dim"}
-    for r in rows:
-        if r.change == "still-holds" and not show_all:
-            continue
-        cx = "" if r.trace_file is None else f"{r.trace_file} ({r.trace_length} steps)"
-        table.add_row(escape(r.scenario), r.property, r.base_verdict, r.proposal_verdict,
-                      f"[{style[r.change]}]{r.change}[/]", escape(cx))
-    console.print(table)
-    console.print("  ".join(f"{k}: {v}" for k, v in sorted(counts.items())), highlight=False)
+    shown = [r for r in _by_change(rows)
+             if show_all or r.change in ("broken", "fixed")]
+    if shown:
+        table = Table(title="changed: base -> proposal" if not show_all
+                      else "every cell: base -> proposal", title_justify="left")
+        for col in ("scenario", "property", "base", "proposal", "change", "counterexample"):
+            table.add_column(col, no_wrap=col != "counterexample")
+        for r in shown:
+            cx = "" if r.trace_file is None else f"{r.trace_file} ({r.trace_length} steps)"
+            table.add_row(escape(r.scenario), r.property, r.base_verdict, r.proposal_verdict,
+                          f"[{style[r.change]}]{r.change}[/]", escape(cx))
+        console.print(table)
+    if not show_all:
+        still = [f"{r.property} on {r.scenario}" for r in rows if r.change == "still-violated"]
+        listed = ", ".join(still[:4]) + (f" and {len(still) - 4} more" if len(still) > 4 else "")
+        console.print(f"unchanged: {counts['still-violated']} still violated"
+                      + (f" ({listed})" if still else "")
+                      + f", {counts['still-holds']} still hold; --all lists them, with the "
+                      "traces of the violated ones", highlight=False, markup=False)
+    for line in notes:
+        console.print(line, highlight=False, markup=False)
     if costs:
         ct = Table(title="waste (scenarios with an intake reject, timeouts enabled for it)",
                    title_justify="left")
@@ -585,12 +629,28 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, depth
         console.print(ct)
 
 
+CHANGE_ORDER = ("broken", "fixed", "still-violated", "still-holds")
+
+
+def _by_change(rows):
+    """Broken cells first, then fixed, still violated, still holding."""
+    return sorted(rows, key=lambda r: CHANGE_ORDER.index(r.change))
+
+
+def _change_line(counts: Dict[str, int], scenarios: int) -> str:
+    cells = sum(counts.values())
+    return (f"{'BROKEN' if counts['broken'] else 'broken'}: {counts['broken']}, "
+            f"fixed: {counts['fixed']}, still violated: {counts['still-violated']}, "
+            f"still hold: {counts['still-holds']} ({cells} cells: properties x "
+            f"{scenarios} scenario{'s' * (scenarios != 1)})")
+
+
 @guard_group.command("diff")
 @click.argument("a")
 @click.argument("b")
 @click.option("--scenario", "scenario_names", multiple=True,
-              help="A built-in scenario for the reachability column (repeatable; "
-                   "default: every built-in one).")
+              help="A built-in scenario (or a comma list) for the reachability column "
+                   "(repeatable; default: every built-in one).")
 @click.option("--no-reach", is_flag=True, help="Skip the reachability column (Z3 only: seconds).")
 @click.option("--point", "points", multiple=True, type=click.Choice(list(props_mod.g.GUARD_POINTS)),
               help="Only this guard point (repeatable).")
@@ -607,7 +667,7 @@ def guard_diff_cmd(a, b, scenario_names, no_reach, points, max_states, as_json) 
         raise UserError("--scenario is for the reachability column, which --no-reach skips")
     scenarios = None
     if not no_reach:
-        scenarios = ([sc_mod.builtin(n) for n in scenario_names] if scenario_names
+        scenarios = (_scenarios(scenario_names, ()) if scenario_names
                      else [sc_mod.builtin(n) for n in sc_mod.builtin_names()])
     t0 = time.perf_counter()
     try:
