@@ -201,3 +201,49 @@ def test_check_over_several_scenarios_ends_with_a_line_per_release(tmp_path):
 def test_an_empty_name_in_a_scenario_list_is_refused(tmp_path, names):
     r = run("check", "--scenario", names, cwd=tmp_path)
     assert r.returncode == 2 and "an empty scenario name" in r.stderr
+
+
+def test_scenarios_list_their_settings_and_print_them_as_files(tmp_path):
+    """'scenarios NAME' prints a scenario file that loads back as the
+    built-in one (to copy and edit); --json has every setting; the table
+    names what each scenario sets."""
+    from reqmodel.model import scenario
+    r = run("scenarios", "incident", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "mine.toml").write_text(r.stdout)
+    assert scenario.load_file(str(tmp_path / "mine.toml")) == scenario.builtin("incident")
+    data = json.loads(run("scenarios", "--json", cwd=tmp_path).stdout)
+    assert [d["name"] for d in data] == list(scenario.builtin_names())
+    for d in data:
+        assert scenario.from_dict(d["settings"]) == scenario.builtin(d["name"])
+    assert sum(d["default"] for d in data) == 1
+    table = run("scenarios", cwd=tmp_path).stdout
+    assert "pools 2/4 pages" in table and "events: client_abort" in table
+
+
+def test_properties_and_releases_as_json(tmp_path):
+    from reqmodel.model import properties, releases
+    props = json.loads(run("properties", "--json", cwd=tmp_path).stdout)
+    assert [p["name"] for p in props] == list(properties.CATALOG)
+    assert {p["gate"] for p in props} <= {"pool-context", "admission", "transfer-read",
+                                          "lifetime"}
+    rels = json.loads(run("releases", "--json", cwd=tmp_path).stdout)
+    assert list(rels) == list(releases.NAMES)
+    assert rels["0.5.19"]["prefill_door"] != rels["0.5.21"]["prefill_door"]
+
+
+def test_every_option_of_every_command_has_help():
+    import click
+    from reqmodel.cli.commands import cli
+
+    def options(cmd, path):
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                yield from options(sub, path + [name])
+        else:
+            assert cmd.help, f"reqmodel {' '.join(path)} has no help"
+            for p in cmd.params:
+                if isinstance(p, click.Option):
+                    yield " ".join(path), p
+    missing = [(path, p.opts[0]) for path, p in options(cli, []) if not p.help]
+    assert missing == []

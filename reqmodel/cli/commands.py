@@ -432,7 +432,10 @@ def replay_cmd(trace_file, release, guards, as_json) -> None:
 @click.argument("trace_file", type=click.Path(dir_okay=False))
 @click.option("--format", "fmt",
               type=click.Choice(["table", "markdown", "mermaid", "dot", "report"]),
-              default="table", show_default=True)
+              default="table", show_default=True,
+              help="table: steps in the terminal; markdown: for an issue; mermaid: a sequence "
+                   "diagram; dot: Graphviz; report: configuration, finding and both, to paste "
+                   "upstream.")
 @click.option("--guards", "guards", default=None, type=click.Path(dir_okay=False),
               help="The guard proposal the trace was made on (default: the one it names).")
 def show_cmd(trace_file, fmt, guards) -> None:
@@ -509,7 +512,10 @@ def guard_points_cmd() -> None:
 @click.option("--scenario", "scenario_names", multiple=True,
               help="A built-in scenario, a comma list of them, or 'all' (repeatable; default: "
                    "every built-in one).")
-@click.option("--scenario-file", "scenario_files", multiple=True, type=click.Path(dir_okay=False))
+@click.option("--scenario-file", "scenario_files", multiple=True,
+              type=click.Path(dir_okay=False),
+              help="A scenario of your own, as a TOML file (repeatable; "
+                   "'reqmodel scenarios NAME' prints one to start from).")
 @click.option("--engine", type=click.Choice(["exhaustive", "z3"]), default="exhaustive",
               show_default=True, help="z3: bounded to --depth, and no waste measurements.")
 @click.option("--depth", type=int, default=None,
@@ -519,8 +525,11 @@ def guard_points_cmd() -> None:
 @click.option("--all", "show_all", is_flag=True,
               help="List every cell, the unchanged ones too (default: broken and fixed).")
 @click.option("--no-cost", is_flag=True, help="Skip the waste measurements.")
-@click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES,
+              show_default=True,
+              help="Refuse a scenario with more distinct states than this (each side).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object, the summary first.")
 def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, depth, out, show_all,
                     no_cost, max_states, as_json) -> None:
     """Run the whole property catalog on the base release and on PROPOSAL_FILE,
@@ -654,8 +663,10 @@ def _change_line(counts: Dict[str, int], scenarios: int) -> str:
 @click.option("--no-reach", is_flag=True, help="Skip the reachability column (Z3 only: seconds).")
 @click.option("--point", "points", multiple=True, type=click.Choice(list(props_mod.g.GUARD_POINTS)),
               help="Only this guard point (repeatable).")
-@click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES,
+              show_default=True,
+              help="Refuse a scenario with more distinct states than this (each side).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def guard_diff_cmd(a, b, scenario_names, no_reach, points, max_states, as_json) -> None:
     """Ask Z3 for the request states where A and B (release names or proposal
     files) decide differently, at every guard point, and whether the
@@ -728,23 +739,70 @@ def _cost_cell(v) -> str:
 
 
 @cli.command("scenarios")
-def scenarios_cmd() -> None:
-    """List the built-in scenarios."""
+@click.argument("names", nargs=-1)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON list: each scenario's name, description and every setting.")
+def scenarios_cmd(names, as_json) -> None:
+    """List the built-in scenarios and what each sets. With NAME (or a comma
+    list), print its whole settings as a scenario file, to copy, edit and
+    pass back with --scenario-file."""
+    chosen = (_scenarios(names, ()) if names
+              else [sc_mod.builtin(n) for n in sc_mod.builtin_names()])
+    if as_json:
+        click.echo(json.dumps([{"name": sc.name, "default": sc.name == sc_mod.DEFAULT,
+                                "description": " ".join(sc.description.split()),
+                                "settings": sc.to_dict()} for sc in chosen], indent=1))
+        return
+    if names:
+        import tomli_w
+        for k, sc in enumerate(chosen):
+            if len(chosen) > 1:
+                click.echo(("\n" if k else "") + f"# scenario {sc.name}")
+            click.echo(tomli_w.dumps(sc.to_dict()), nl=False)
+        return
     table = Table()
-    table.add_column("name")
+    table.add_column("name", no_wrap=True)
     table.add_column("requests (prompt pages)")
+    table.add_column("settings")
     table.add_column("description")
-    for name in sc_mod.builtin_names():
-        sc = sc_mod.builtin(name)
-        table.add_row(name + (" (default)" if name == sc_mod.DEFAULT else ""),
-                      str(list(sc.prompt_pages)), " ".join(sc.description.split()))
+    for sc in chosen:
+        table.add_row(sc.name + (" (default)" if sc.name == sc_mod.DEFAULT else ""),
+                      str(list(sc.prompt_pages)), escape(_settings(sc)),
+                      escape(" ".join(sc.description.split())))
     _console().print(table)
+    click.echo("'reqmodel scenarios NAME' prints one's whole settings as a scenario file.")
+
+
+def _settings(sc: sc_mod.Scenario) -> str:
+    """What a scenario sets beyond the defaults, in a few words."""
+    data = sc.to_dict()
+    base = sc_mod.from_dict({"name": "x", "prompt_pages": list(sc.prompt_pages),
+                             "prefill": {"pool_pages": sc.prefill.pool_pages},
+                             "decode": {"pool_pages": sc.decode.pool_pages}}).to_dict()
+    out = [f"pools {sc.prefill.pool_pages}/{sc.decode.pool_pages} pages"]
+    for table in ("prefill", "decode", "options"):
+        for key, value in data[table].items():
+            if key != "pool_pages" and value != base[table].get(key):
+                out.append(f"{table if table != 'options' else ''}{'.' * (table != 'options')}"
+                           f"{key}={json.dumps(value)}")
+    events = [k for k, v in data["events"].items() if v]
+    if events:
+        out.append("events: " + ", ".join(events))
+    return "; ".join(out)
 
 
 @cli.command("properties")
-def properties_cmd() -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON list: each property's name, kind, gate, reference and statement.")
+def properties_cmd(as_json) -> None:
     """List the property catalog, with the acceptance gate each checks in
     'reqmodel audit' (and whether its violation fails or warns there)."""
+    if as_json:
+        click.echo(json.dumps([{"name": p.name, "kind": str(p.kind), "gate": p.gate,
+                                "on_violation": p.on_violation, "ref": p.ref,
+                                "statement": p.text} for p in props_mod.CATALOG.values()],
+                              indent=1))
+        return
     table = Table()
     for col in ("name", "kind", "gate", "ref", "statement"):
         table.add_column(col)
@@ -754,15 +812,21 @@ def properties_cmd() -> None:
 
 
 @cli.command("releases")
-def releases_cmd() -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON object: per release, the implementation at each guard point.")
+def releases_cmd(as_json) -> None:
     """Show which implementation each release uses at every guard point."""
+    impl = {r.name: {gp: getattr(r, gp).__name__.replace(gp + "_", "")
+                     for gp in props_mod.g.GUARD_POINTS} for r in rel_mod.RELEASES.values()}
+    if as_json:
+        click.echo(json.dumps(impl, indent=1))
+        return
     table = Table()
     table.add_column("guard point")
-    for r in rel_mod.RELEASES.values():
-        table.add_column(r.name)
+    for name in impl:
+        table.add_column(name)
     for gp in props_mod.g.GUARD_POINTS:  # names
-        table.add_row(gp, *[getattr(r, gp).__name__.replace(gp + "_", "")
-                            for r in rel_mod.RELEASES.values()])
+        table.add_row(gp, *[impl[name][gp] for name in impl])
     _console().print(table)
 
 
