@@ -65,7 +65,10 @@ def test_json_output_schema(tmp_path):
     (["check", "--max-states", "10"], "more than 10 distinct states"),
     (["check", "--engine", "z3", "--depth", "0"], "--depth must be 1 to 60"),
     (["check", "--engine", "z3", "--depth", "500"], "--depth must be 1 to 60"),
-    (["check", "--depth", "5"], "--depth and --seconds are for --engine z3"),
+    (["check", "--depth", "5"], "--depth is for --engine z3"),
+    (["check", "--seconds", "5"], "are for --engine hypothesis and z3"),
+    (["check", "--engine", "hypothesis", "--no-budget", "--seconds", "5"],
+     "--no-budget takes no --seconds"),
     (["check", "--engine", "z3", "--seconds", "0"], "--seconds must be positive"),
     (["check", "--engine", "z3", "--max-net", "0"], "--max-net must be 1 to 64"),
     (["check", "--engine", "z3", "--depth", "8", "--max-net", "1"], "raise --max-net"),
@@ -247,3 +250,32 @@ def test_every_option_of_every_command_has_help():
                     yield " ".join(path), p
     missing = [(path, p.opts[0]) for path, p in options(cli, []) if not p.help]
     assert missing == []
+
+
+def test_hypothesis_returns_within_its_budget_and_says_what_it_searched(tmp_path):
+    """The budget is the whole command's, shared over its cells: two
+    releases in 8 s, with the search's extent in the result (a 'holds' that
+    the budget cut short is counted), and a found violation still minimised
+    and replayable."""
+    import time
+    t0 = time.monotonic()
+    r = run("check", "--engine", "hypothesis", "--release", "0.5.19,0.5.21", "--seconds", "8",
+            "--json", "--out", "cx", cwd=tmp_path)
+    wall = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert list(data)[:2] == ["summary", "searched"]
+    searched = data["searched"]
+    assert searched["budget_seconds"] == 8 and searched["seconds"] <= 9
+    assert wall < 8 + 15  # the budget plus start-up and minimising
+    cut = [x for x in data["results"] if x.get("note") == "the time budget ended the search"]
+    # (a property checked only in a partial form carries that note instead)
+    assert 0 < len(cut) <= searched["cells_cut_by_budget"]
+    assert all(x["verdict"] in ("holds", "violated") and x["examples"] < 400 for x in cut)
+    hit = next(x for x in data["results"] if x["release"] == "0.5.19"
+               and x["property"] == "rejected-never-succeeds")
+    assert hit["verdict"] == "violated" and hit["trace_length"] == 12
+    # --per-release: the budget is each release's
+    r = run("check", "--engine", "z3", "--release", "0.5.19,0.5.21", "--seconds", "1",
+            "--per-release", "--json", "--out", "cx", cwd=tmp_path)
+    assert json.loads(r.stdout)["searched"]["budget_seconds"] == 2

@@ -19,7 +19,7 @@ from rich.markup import escape
 from reqmodel.model import properties as props_mod
 from reqmodel.model import releases as rel_mod
 from reqmodel.model import scenario as sc_mod
-from reqmodel.engines.base import ENGINES, EngineInputError, NetBoundError, run
+from reqmodel.engines.base import Budget, ENGINES, EngineInputError, NetBoundError, run
 from reqmodel.engines import parallel
 from reqmodel.engines.exhaustive import BoundExceeded, DEFAULT_MAX_STATES
 from reqmodel.traces.itf import TraceFileError
@@ -84,6 +84,8 @@ def _console() -> Console:
 
 # --engine z3: the default and largest --depth (the cost grows steeply with it)
 Z3_DEFAULT_DEPTH = ENGINES["z3"].DEFAULT_DEPTH
+# the default time budgets of the sampling engines, for the whole command
+BUDGET = {"hypothesis": 60.0, "z3": 120.0}
 Z3_MAX_DEPTH = ENGINES["z3"].MAX_DEPTH
 
 _CELL = {"holds": "[green]holds[/]", "violated": "[bold red]violated[/]",
@@ -124,7 +126,15 @@ def _cell(r) -> str:
 @click.option("--depth", type=int, default=None,
               help=f"z3: the most steps searched (default {Z3_DEFAULT_DEPTH}, at most {Z3_MAX_DEPTH}).")
 @click.option("--seconds", "z3_seconds", type=float, default=None,
-              help="z3: stop deepening after this long (the depth reached is reported).")
+              help="hypothesis and z3: the time budget of the whole command, shared out over "
+                   f"its cells (default {BUDGET['hypothesis']:g} s for hypothesis, "
+                   f"{BUDGET['z3']:g} s for z3); z3 stops deepening where its share ends and "
+                   "reports the depth reached.")
+@click.option("--per-release", is_flag=True,
+              help="--seconds is for each release, not for the whole command.")
+@click.option("--no-budget", is_flag=True,
+              help="hypothesis: run every example of the profile (the pinned ci table); "
+                   "z3: search to --depth whatever it takes.")
 @click.option("--max-net", type=int, default=8, show_default=True,
               help="z3: message slots of the state vector (messages in flight at once).")
 @click.option("--hypothesis-profile", "hprofile", type=click.Choice(["dev", "ci", "thorough"]),
@@ -139,8 +149,9 @@ def _cell(r) -> str:
               help="exhaustive: worker processes for a large search (default: "
                    "$REQMODEL_WORKERS, else every core); the answer is the same.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
-def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3_seconds, max_net,
-          hprofile, out, witnesses, max_states, workers, as_json) -> None:
+def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3_seconds,
+          per_release, no_budget, max_net, hprofile, out, witnesses, max_states, workers,
+          as_json) -> None:
     """Check properties on releases and scenarios; write counterexamples.
 
     Exit status 0 when the check ran, whatever the verdicts; 2 on bad input.
@@ -148,8 +159,15 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
     releases = rel_mod.resolve(release)
     if not releases:
         raise UserError("--release names no release")
-    if engine != "z3" and (depth is not None or z3_seconds is not None):
-        raise UserError("--depth and --seconds are for --engine z3")
+    if engine != "z3" and depth is not None:
+        raise UserError("--depth is for --engine z3")
+    if engine == "exhaustive" and (z3_seconds is not None or per_release or no_budget):
+        raise UserError("--seconds, --per-release and --no-budget are for --engine "
+                        "hypothesis and z3")
+    if no_budget and (z3_seconds is not None or per_release):
+        raise UserError("--no-budget takes no --seconds or --per-release")
+    if z3_seconds is not None and z3_seconds <= 0:
+        raise UserError("--seconds must be positive")
     if engine != "exhaustive" and workers is not None:
         raise UserError("--workers is for --engine exhaustive")
     if workers is None:
@@ -164,8 +182,6 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
                             "(notes/performance.md: depth 16 on incident takes 7 minutes)")
         if not 1 <= max_net <= 64:
             raise UserError("--max-net must be 1 to 64")
-        if z3_seconds is not None and z3_seconds <= 0:
-            raise UserError("--seconds must be positive")
     # the Hypothesis engine holds one state at a time: it takes scenario files
     # beyond the exhaustive checker's bounds
     scenarios = _scenarios(scenario_names, scenario_files,
@@ -183,19 +199,35 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
             what = f"z3 to depth {depth}" if engine == "z3" else f"hypothesis ({hprofile})"
             console.print(f"[dim]{escape(sc.name)} on {rel.name}: {what} done[/]")
 
+    budget = None
+    if engine != "exhaustive" and not no_budget:
+        seconds = BUDGET[engine] if z3_seconds is None else z3_seconds
+        if per_release:
+            seconds *= len(releases)
+        cells = (sum(p.applies(rel, sc) for rel in releases for sc in scenarios for p in props)
+                 if engine == "hypothesis" else len(releases) * len(scenarios))
+        budget = Budget(seconds, cells)
+    live = _LiveStatus(console, enabled=budget is not None and not as_json)
     options = {"exhaustive": dict(max_states=max_states, workers=workers),
-               "hypothesis": dict(profile=hprofile),
-               "z3": dict(depth=depth, max_net=max_net, seconds=z3_seconds)}[engine]
+               "hypothesis": dict(profile=hprofile, budget=budget, progress=live.hypothesis),
+               "z3": dict(depth=depth, max_net=max_net, budget=budget)}[engine]
     checker = ENGINES[engine](**options)
     try:
-        results = run(checker, releases, scenarios, props, _out_dir(out),
-                      progress=progress, write_witnesses=witnesses)
+        with live:
+            results = run(checker, releases, scenarios, props, _out_dir(out),
+                          progress=progress, write_witnesses=witnesses)
     except NetBoundError as e:
         raise UserError(f"{e}: raise --max-net")
     summary = _summary(releases, results)
+    searched = None if budget is None else {
+        "budget_seconds": round(budget.seconds, 1),
+        "seconds": round(budget.seconds - budget.left(), 1),
+        "cells_cut_by_budget": budget.cut}
     if as_json:  # the answer first: counts per release, then every cell
-        click.echo(json.dumps({"summary": summary, "results": [r.as_json() for r in results]},
-                              indent=1))
+        data = {"summary": summary, "results": [r.as_json() for r in results]}
+        if searched is not None:
+            data = {"summary": summary, "searched": searched, "results": data["results"]}
+        click.echo(json.dumps(data, indent=1))
         return
     stdout = _console()
     for sc in scenarios:
@@ -214,8 +246,14 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
     files = sorted({r.trace_file for r in results if r.trace_file})
     if files:
         stdout.print(f"{len(files)} trace file(s) written under {out}/")
-    for prop, note in sorted({(r.property, r.note) for r in results if r.note}):
+    for prop, note in sorted({(r.property, r.note) for r in results
+                              if r.note and r.note != "the time budget ended the search"}):
         stdout.print(f"{prop}: {note}", markup=False, highlight=False)
+    if searched is not None:
+        stdout.print(f"searched for {searched['seconds']:g} s of a {searched['budget_seconds']:g} s "
+                     f"budget; the budget ended the search on {budget.cut} of {len(results)} "
+                     "cells" + (" (--seconds gives more, --no-budget runs the profile in full)"
+                                if budget.cut else ""), highlight=False)
     if engine == "hypothesis":
         ex = sum(r.examples or 0 for r in results)
         st_ = sum(r.steps or 0 for r in results)
@@ -233,6 +271,34 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
     if len(scenarios) > 1 or len(releases) > 1:
         for name, counts in summary.items():
             stdout.print(_summary_line(name, counts, len(scenarios)), highlight=False)
+
+
+class _LiveStatus:
+    """One status line on a terminal's stderr while a budgeted engine runs
+    (examples so far, the cell, time left); nothing elsewhere."""
+
+    def __init__(self, console: Console, enabled: bool) -> None:
+        self.console = console
+        self.enabled = enabled and console.is_terminal
+        self.live = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.live import Live
+            self.live = Live("", console=self.console, transient=True, refresh_per_second=4)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.live is not None:
+            self.live.__exit__(*exc)
+        return False
+
+    def hypothesis(self, info: Dict) -> None:
+        if self.live is not None:
+            self.live.update(f"[dim]hypothesis: {info['examples']:,} examples; now "
+                             f"{escape(info['scenario'])} on {info['release']}, "
+                             f"{info['property']}; {info['left']:.0f} s left[/]")
 
 
 def _summary(releases, results) -> Dict[str, Dict[str, int]]:

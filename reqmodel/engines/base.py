@@ -21,6 +21,7 @@ import enum
 import hashlib
 import pathlib
 import re
+import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 import attrs
@@ -142,13 +143,41 @@ def partial_forms(engine, release: Release, scenario: Scenario, props: Sequence[
     return out
 
 
+class Budget:
+    """A time budget for a whole command, shared out as it goes: each cell
+    (a property, or a release x scenario pair for Z3) gets an equal part of
+    what is left, so a cell that finishes early leaves its rest to the
+    others. ``cells`` is how many the command will check (set by the caller;
+    one if unknown)."""
+
+    def __init__(self, seconds: float, cells: int = 1) -> None:
+        self.seconds, self.cells_left = seconds, max(1, cells)
+        self.start = time.monotonic()
+        self.end = self.start + seconds
+        self.cut = 0  # cells the budget ended early
+
+    def next_deadline(self) -> float:
+        now = time.monotonic()
+        share = max(0.0, self.end - now) / max(1, self.cells_left)
+        self.cells_left = max(1, self.cells_left - 1)
+        return now + share
+
+    def left(self) -> float:
+        return max(0.0, self.end - time.monotonic())
+
+
 class Hypothesis:
-    """Sampled interleavings, minimised (``reqmodel.engines.hypothesis``)."""
+    """Sampled interleavings, minimised (``reqmodel.engines.hypothesis``).
+    With a :class:`Budget`, each applicable cell searches until the
+    profile's examples or its share of the budget, whichever comes first;
+    ``progress(info)`` is called after each chunk of examples."""
 
     name = "hypothesis"
 
-    def __init__(self, profile: str = "ci") -> None:
-        self.profile = profile
+    def __init__(self, profile: str = "ci", budget: Optional[Budget] = None,
+                 progress: Optional[Callable[[Dict], None]] = None) -> None:
+        self.profile, self.budget, self.progress = profile, budget, progress
+        self.examples = 0  # over every cell checked so far
 
     def check(self, release: Release, scenario: Scenario,
               props: Sequence[Property]) -> List[Result]:
@@ -160,11 +189,24 @@ class Hypothesis:
         from reqmodel.engines.hypothesis import engine as hypo
         out = []
         for p in props:
-            hv = hypo.check_property(release, scenario, p, self.profile)
+            deadline = on_chunk = None
+            if self.budget is not None and p.applies(release, scenario):
+                deadline = self.budget.next_deadline()
+                if self.progress is not None:
+                    def on_chunk(stats, p=p):
+                        self.progress({"release": release.name, "scenario": scenario.name,
+                                       "property": p.name, "examples": self.examples
+                                       + stats.examples, "left": self.budget.left()})
+            hv = hypo.check_property(release, scenario, p, self.profile, deadline=deadline,
+                                     on_chunk=on_chunk)
+            self.examples += hv.examples
+            if hv.cut:
+                self.budget.cut += 1
             v = hv.verdict
             out.append(Result(release.name, scenario.name, p.name, p.kind, Answer(v.verdict),
                               None, None, hv.seconds, self.name, hv.examples,
                               hv.steps, hv.runs, trace=v.trace,
+                              note=("the time budget ended the search" if hv.cut else None),
                               trace_meta={"profile": self.profile, "examples": hv.examples,
                                           "runs": hv.runs, "hypothesis_length": hv.shrunk_length}))
         return out
@@ -184,8 +226,10 @@ class Z3:
     MAX_DEPTH = 60
 
     def __init__(self, depth: int = DEFAULT_DEPTH, max_net: int = 8,
-                 seconds: Optional[float] = None) -> None:
-        self.depth, self.max_net, self.seconds = depth, max_net, seconds
+                 seconds: Optional[float] = None, budget: Optional[Budget] = None) -> None:
+        """``seconds``: a limit per release x scenario; ``budget``: one for
+        the whole command, shared out over its pairs."""
+        self.depth, self.max_net, self.seconds, self.budget = depth, max_net, seconds, budget
 
     def check(self, release: Release, scenario: Scenario,
               props: Sequence[Property]) -> List[Result]:
@@ -198,13 +242,19 @@ class Z3:
         applicable = [p for p in props if p.applies(release, scenario)]
         from reqmodel.engines.z3 import action_paths
         try:
+            seconds = self.seconds
+            if self.budget is not None and applicable:
+                seconds = max(0.0, self.budget.next_deadline() - time.monotonic())
             res = (bmc.run(release, scenario, applicable, self.depth, max_net=self.max_net,
-                           seconds=self.seconds) if applicable else {})
+                           seconds=seconds) if applicable else {})
         except action_paths.NetBound as e:
             raise NetBoundError(str(e)) from None
         except bmc.TooManyPaths as e:
             raise EngineInputError(str(e)) from None
         out = []
+        if self.budget is not None and any(r.depth < self.depth and r.verdict in (
+                "holds-to-depth", "unreached-to-depth") for r in res.values()):
+            self.budget.cut += 1
         for p in props:
             r = res.get(p.name)
             if r is None:

@@ -24,11 +24,12 @@ compared with the exhaustive engine's shortest in ``notes/performance.md``.
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import os
 import random
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import attrs
 from hypothesis import HealthCheck, Phase, settings, target
@@ -627,19 +628,58 @@ class HypoVerdict:
     shrunk_length: Optional[int]  # the failing run's length, before minimise
     seconds: float
     runs: int = 0
+    cut: bool = False  # the time budget ended the search before the profile's examples
+
+
+# A budgeted search runs in chunks of this many examples, checking the clock
+# between chunks (Hypothesis has no wall-clock limit of its own, and an
+# exception raised inside its run to stop it is taken for a flaky failure):
+# each chunk is seeded from the cell and its index, so a budgeted search is
+# reproducible given how many chunks it ran.
+CHUNK = 25
+
+
+def _chunk_seed(release: Release, scenario: Scenario, prop: Property, k: int) -> int:
+    digest = hashlib.sha256(f"{release.name}|{scenario.name}|{prop.name}|{k}".encode())
+    return int.from_bytes(digest.digest()[:8], "big")
 
 
 def check_property(release: Release, scenario: Scenario, prop: Property,
-                   profile: str = "ci", database: bool = True) -> HypoVerdict:
-    """Search for a violation of ``prop`` (or a path to its good state)."""
+                   profile: str = "ci", database: bool = True,
+                   deadline: Optional[float] = None,
+                   on_chunk: Optional[Callable[[Stats], None]] = None) -> HypoVerdict:
+    """Search for a violation of ``prop`` (or a path to its good state).
+
+    With ``deadline`` (a ``time.monotonic()`` instant) the search stops at
+    the profile's examples or at the deadline, whichever comes first, in
+    seeded chunks of :data:`CHUNK` examples (``on_chunk(stats)`` after each);
+    without it, one run of the profile as it is (the pinned ``ci`` table)."""
     if not prop.applies(release, scenario):
         return HypoVerdict(Verdict(prop.name, prop.kind, "not-applicable"), 0, 0, None, 0.0)
     stats = Stats()
     M = machine(release, scenario, [prop], stats)
     t0 = time.perf_counter()
     found: Optional[Violation] = None
+    cut = False
     try:
-        run(M, profile_settings(profile, database))
+        if deadline is None:
+            run(M, profile_settings(profile, database))
+        else:
+            total, k = PROFILES[profile]["max_examples"], 0
+            while stats.examples < total:
+                if time.monotonic() >= deadline:
+                    cut = True
+                    break
+                before = stats.examples
+                chunk = settings(profile_settings(profile, database=False), derandomize=False,
+                                 max_examples=min(CHUNK, total - stats.examples))
+                M._hypothesis_internal_use_seed = _chunk_seed(release, scenario, prop, k)
+                run(M, chunk)
+                k += 1
+                if on_chunk is not None:
+                    on_chunk(stats)
+                if stats.examples == before:  # nothing left to draw
+                    break
     except Violation as v:
         found = v
     seconds = time.perf_counter() - t0
@@ -647,7 +687,7 @@ def check_property(release: Release, scenario: Scenario, prop: Property,
     if found is None:
         verdict = "violated" if prop.kind == Kind.SOMETIMES else "holds"
         return HypoVerdict(Verdict(prop.name, prop.kind, verdict), stats.examples, stats.steps,
-                           None, seconds, stats.runs)
+                           None, seconds, stats.runs, cut)
     steps = minimise(ctx, prop, found.steps)
     trace = _trace(ctx, prop, steps)
     verdict = "holds" if prop.kind == Kind.SOMETIMES else "violated"
