@@ -1,5 +1,6 @@
 """The command line, run as a user runs it: exit codes, JSON, one-line errors."""
 import json
+import re
 import subprocess
 import sys
 
@@ -279,3 +280,48 @@ def test_hypothesis_returns_within_its_budget_and_says_what_it_searched(tmp_path
     r = run("check", "--engine", "z3", "--release", "0.5.19,0.5.21", "--seconds", "1",
             "--per-release", "--json", "--out", "cx", cwd=tmp_path)
     assert json.loads(r.stdout)["searched"]["budget_seconds"] == 2
+
+
+def _stderr_on_a_terminal(args, cwd):
+    """Run reqmodel with stderr on a pseudo-terminal; what it wrote there."""
+    import os
+    import pty
+    import select
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-c", "from reqmodel.cli import main; main()", *args],
+                         stdout=subprocess.DEVNULL, stderr=slave, cwd=cwd)
+    os.close(slave)
+    out = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 120)
+        if not ready:
+            break
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    p.wait(timeout=120)
+    os.close(master)
+    return p.returncode, re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", out.decode(errors="replace"))
+
+
+def test_progress_is_shown_on_a_terminal_only(tmp_path):
+    """A status line for the exhaustive engine (states, depth, frontier, rate)
+    and for the budgeted Hypothesis engine (examples, cell, time left) on a
+    terminal; none when stderr is not one."""
+    code, err = _stderr_on_a_terminal(["check", "--scenario", "inflight-reuse", "--release",
+                                       "0.5.21", "--workers", "1", "--out", "o"], tmp_path)
+    assert code == 0
+    assert re.search(r"exhaustive: [\d,]+ states, depth \d+, frontier [\d,]+, [\d,]+ states/s",
+                     err), err[-500:]
+    code, err = _stderr_on_a_terminal(["check", "--engine", "hypothesis", "--release", "0.5.21",
+                                       "--seconds", "3", "--out", "o"], tmp_path)
+    assert code == 0
+    assert re.search(r"hypothesis: [\d,]+ examples; now incident on 0.5.21, [a-z-]+; \d+ s left",
+                     err), err[-500:]
+    piped = run("check", "--scenario", "inflight-reuse", "--release", "0.5.21", "--workers", "1",
+                "--out", "o", cwd=tmp_path)
+    assert "exhaustive:" not in piped.stderr

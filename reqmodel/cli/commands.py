@@ -19,6 +19,7 @@ from rich.markup import escape
 from reqmodel.model import properties as props_mod
 from reqmodel.model import releases as rel_mod
 from reqmodel.model import scenario as sc_mod
+from reqmodel.engines import exhaustive as exhaustive_mod
 from reqmodel.engines.base import Budget, ENGINES, EngineInputError, NetBoundError, run
 from reqmodel.engines import parallel
 from reqmodel.engines.exhaustive import BoundExceeded, DEFAULT_MAX_STATES
@@ -207,13 +208,13 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
         cells = (sum(p.applies(rel, sc) for rel in releases for sc in scenarios for p in props)
                  if engine == "hypothesis" else len(releases) * len(scenarios))
         budget = Budget(seconds, cells)
-    live = _LiveStatus(console, enabled=budget is not None and not as_json)
+    live = _LiveStatus(console, enabled=not as_json)
     options = {"exhaustive": dict(max_states=max_states, workers=workers),
                "hypothesis": dict(profile=hprofile, budget=budget, progress=live.hypothesis),
                "z3": dict(depth=depth, max_net=max_net, budget=budget)}[engine]
     checker = ENGINES[engine](**options)
     try:
-        with live:
+        with live, exhaustive_mod.reporting(live.exhaustive):
             results = run(checker, releases, scenarios, props, _out_dir(out),
                           progress=progress, write_witnesses=witnesses)
     except NetBoundError as e:
@@ -293,6 +294,13 @@ class _LiveStatus:
         if self.live is not None:
             self.live.__exit__(*exc)
         return False
+
+    def exhaustive(self, info: Dict) -> None:
+        if self.live is not None:
+            rate = info["states"] / max(info["seconds"], 1e-9)
+            self.live.update(f"[dim]exhaustive: {info['states']:,} states, depth "
+                             f"{info['depth']}, frontier {info['frontier']:,}, "
+                             f"{rate:,.0f} states/s[/]")
 
     def hypothesis(self, info: Dict) -> None:
         if self.live is not None:

@@ -19,7 +19,7 @@ import collections
 import contextlib
 import gc
 import time
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import attrs
 import networkx as nx
@@ -189,6 +189,25 @@ def paused_gc():
             gc.enable()
 
 
+# Called now and then during a search (every PROGRESS_EVERY new states, and
+# after each round of the parallel engine) with a dict of states, depth (the
+# level being expanded), frontier (states waiting) and seconds; set by the
+# command line for its status line (``reporting``), None otherwise.
+on_progress: Optional[Callable[[Dict], None]] = None
+PROGRESS_EVERY = 4096
+
+
+@contextlib.contextmanager
+def reporting(callback: Callable[[Dict], None]):
+    """Report progress to ``callback`` while the block runs."""
+    global on_progress
+    old, on_progress = on_progress, callback
+    try:
+        yield
+    finally:
+        on_progress = old
+
+
 def explore(release: Release, scenario: Scenario, props: Sequence[Property],
             max_states: int = DEFAULT_MAX_STATES, stop_early: bool = True,
             keep_graph: bool = True, symmetry: bool = True,
@@ -288,6 +307,10 @@ def _explore(release: Release, scenario: Scenario, props: Sequence[Property], ma
                     found[name] = (kind, v)
                 if len(states) > max_states:
                     raise BoundExceeded.of(max_states, scenario, release)
+                if not len(states) % PROGRESS_EVERY and on_progress is not None:
+                    on_progress({"states": len(states), "depth": depth[u],
+                                 "frontier": len(queue),
+                                 "seconds": time.perf_counter() - t0})
             edges += 1
             if ledges is not None:
                 ledges.add(u, v, step, BY_NAME[step.action].own(ctx, s, step.rid))

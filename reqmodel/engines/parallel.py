@@ -359,6 +359,10 @@ def resume(pre: Prefix, workers: int, max_states: int, stop_early: bool,
                 vids[w].append(base + i)
                 parents.append(t // _J)
             levels.append(len(parents))
+            if exhaustive.on_progress is not None:
+                exhaustive.on_progress({"states": len(parents), "depth": len(levels) - 2,
+                                        "frontier": len(merged),
+                                        "seconds": time.perf_counter() - pre.t0})
             names = set(seen[0][0]).union(*(ns for _, ns in msgs))
             final = (not merged or len(parents) > max_states
                      or (stop_early and len(names) == len(applicable)))
