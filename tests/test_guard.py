@@ -207,3 +207,22 @@ def test_guard_check_leads_with_the_answer(tmp_path):
     changes = [x["change"] for x in data["results"]]
     assert changes == sorted(changes, key=["broken", "fixed", "still-violated",
                                            "still-holds"].index)
+
+
+def test_guard_points_lists_the_proposal_fields_and_guard_diff_compares_them():
+    from reqmodel.proposals.proposal import FIELDS
+    r = run("guard", "points")
+    assert r.returncode == 0, r.stderr
+    for name, (kind, _) in FIELDS.items():
+        assert name in r.stdout and kind in r.stdout, (name, kind)
+    r = run("guard", "diff", "0.5.20", str(EX / "pr38935-on-0.5.20.py"), "--no-reach",
+            "--point", "retire_cleanup", "--point", "scenario_overrides", "--json")
+    assert r.returncode == 0, r.stderr
+    by = {p["name"]: p for p in json.loads(r.stdout)["guard_points"]}
+    assert by["retire_cleanup"]["status"] == "differs"
+    assert by["retire_cleanup"]["a"] == "none" and "session" in by["retire_cleanup"]["b"]
+    assert by["scenario_overrides"]["status"] == "same"
+    r = run("guard", "diff", "0.5.21", str(EX / "kv-checksum-both-roles.py"), "--no-reach",
+            "--json")
+    by = {p["name"]: p for p in json.loads(r.stdout)["guard_points"]}
+    assert by["scenario_overrides"]["status"] == "differs" and by["checksum"]["status"] == "same"

@@ -576,6 +576,13 @@ def guard_points_cmd() -> None:
         for name, text in fields.items():
             t.add_row(name, text)
         console.print(t)
+    from reqmodel.proposals.proposal import FIELDS
+    t = Table(title="proposal fields (data a proposal file may set)", title_justify="left")
+    for col in ("field", "type", "meaning"):
+        t.add_column(col)
+    for name, (kind, meaning) in FIELDS.items():
+        t.add_row(name, escape(kind), escape(meaning))
+    console.print(t)
     console.print("Helpers for proposals: from reqmodel.proposal import is_aborted, finished, "
                   "is_unadmitted_reject, FINISH_ABORT, FINISH_LENGTH, REQUEUE, RETIRE, DROP, SEND, "
                   "RETIRE_CLEANUP_FULL", highlight=False, markup=False)
@@ -735,8 +742,10 @@ def _change_line(counts: Dict[str, int], scenarios: int) -> str:
               help="A built-in scenario (or a comma list) for the reachability column "
                    "(repeatable; default: every built-in one).")
 @click.option("--no-reach", is_flag=True, help="Skip the reachability column (Z3 only: seconds).")
-@click.option("--point", "points", multiple=True, type=click.Choice(list(props_mod.g.GUARD_POINTS)),
-              help="Only this guard point (repeatable).")
+@click.option("--point", "points", multiple=True,
+              type=click.Choice([*props_mod.g.GUARD_POINTS, "retire_cleanup", "checksum",
+                                 "scenario_overrides"]),
+              help="Only this guard point or proposal field (repeatable).")
 @click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES,
               show_default=True,
               help="Refuse a scenario with more distinct states than this (each side).")
@@ -768,6 +777,12 @@ def guard_diff_cmd(a, b, scenario_names, no_reach, points, max_states, as_json) 
     console = _console()
     console.print(f"guard diff {sa.label} -> {sb.label} ({seconds:.1f} s)", highlight=False)
     for p in result:
+        if p.name in symbolic.FIELD_POINTS:
+            what = "the same" if p.status == "same" else "differs"
+            console.print(f"  {p.name}: {what} ({p.a_impl}"
+                          + ("" if p.status == "same" else f" -> {p.b_impl}") + ")",
+                          highlight=False, markup=False)
+            continue
         if p.status != "differs":
             what = ("the same implementation" if p.status == "same" else
                     "equivalent: Z3 finds no request state where they differ")
@@ -792,7 +807,7 @@ def guard_diff_cmd(a, b, scenario_names, no_reach, points, max_states, as_json) 
 def _point_json(p) -> dict:
     from reqmodel.engines.z3 import guard_diff as symbolic
     out = {"name": p.name, "status": p.status, "a": p.a_impl, "b": p.b_impl}
-    if p.status == "differs":
+    if p.status == "differs" and p.name not in symbolic.FIELD_POINTS:
         out["regions"] = [
             {"a": symbolic.show(r.a), "b": symbolic.show(r.b), "fields": list(r.fields),
              "witness": {k: symbolic.show(v) for k, v in r.witness.items()},

@@ -58,8 +58,20 @@ class ProposalError(usercode.UserCodeError):
     """A proposal that cannot be used; one line naming the file and the problem."""
 
 
-DATA_FIELDS = {"base", "retire_cleanup", "checksum", "scenario_overrides", "description"}
 RETIRE_STEPS = set(RETIRE_CLEANUP_FULL)
+# the data a proposal file may set: name -> (type, meaning); 'reqmodel guard
+# points' lists them, and load() checks each one's type
+FIELDS = {
+    "base": ("str (required)", 'the release the proposal changes, e.g. "0.5.20"'),
+    "retire_cleanup": ("tuple of str", "the steps a door retire runs, from "
+                       + ", ".join(RETIRE_CLEANUP_FULL) + " (RETIRE_CLEANUP_FULL: all)"),
+    "checksum": ('"prompt" | "suffix"', "the KV checksum code the release has (0.5.21/22's "
+                 "over the prompt, 0.5.23's over the suffix, skipped across layouts)"),
+    "scenario_overrides": ("dict[str, dict[str, value]]", "scenario tables forced onto every "
+                           "scenario: prefill, decode, options, events (as in a scenario file)"),
+    "description": ("str", "shown in reports (default: the file's docstring)"),
+}
+DATA_FIELDS = set(FIELDS)
 
 
 @attrs.frozen

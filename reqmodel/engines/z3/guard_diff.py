@@ -611,6 +611,23 @@ class Subject:
     label: str
     release: Any
     apply: Callable = lambda sc: sc
+    overrides: Dict[str, Any] = attrs.field(factory=dict)
+
+
+# the data a proposal may set that changes what the model does, compared by
+# value (``reqmodel guard points`` lists them with the guard points)
+FIELD_POINTS = ("retire_cleanup", "checksum", "scenario_overrides")
+
+
+def _field(subject: Subject, name: str) -> str:
+    if name == "scenario_overrides":
+        return repr(subject.overrides) if subject.overrides else "none"
+    value = getattr(subject.release, name)
+    if name == "checksum":
+        return "none" if value is None else getattr(value, "name", repr(value))
+    if isinstance(value, tuple):
+        return ", ".join(value) or "none"
+    return repr(value)
 
 
 def subject(spec: str) -> Subject:
@@ -620,7 +637,7 @@ def subject(spec: str) -> Subject:
     from reqmodel.model import releases
     if spec.endswith(".py") or pathlib.Path(spec).is_file():
         p = proposal.load(spec)
-        return Subject(p.path, p.release, p.apply)
+        return Subject(p.path, p.release, p.apply, dict(p.scenario_overrides))
     return Subject(spec, releases.get(spec))
 
 
@@ -643,7 +660,11 @@ def diff(a: Subject, b: Subject, scenarios=None, max_states: int = 1_500_000,
     and under B."""
     out = []
     obs_a = obs_b = None
-    for name in points or g.GUARD_POINTS:
+    for name in points or (*g.GUARD_POINTS, *FIELD_POINTS):
+        if name in FIELD_POINTS:
+            va, vb = _field(a, name), _field(b, name)
+            out.append(PointDiff(name, "same" if va == vb else "differs", va, vb))
+            continue
         fa, fb = a.release.guard_points()[name], b.release.guard_points()[name]
         ia, ib = _name(unwrap(fa)), _name(unwrap(fb))
         if unwrap(fa) is unwrap(fb):
