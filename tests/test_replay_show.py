@@ -141,3 +141,30 @@ def test_replay_on_a_guard_proposal():
     r = run("replay", str(INCIDENT), "--guards", "notes/examples/pr38704-on-0.5.19.py",
             "--release", "0.5.19")
     assert r.returncode == 2 and "not both" in r.stderr
+
+
+def test_replay_says_why_a_step_is_not_enabled(tmp_path):
+    """Where a trace departs from a release, the first step that cannot be
+    taken comes with why: its guard and the request's stages, an event the
+    scenario does not allow, or a choice that is not on offer."""
+    trace = ROOT / "counterexamples/0.5.19/no-foreign-kv-read-incident.itf.json"
+    r = subprocess.run([sys.executable, "-c", "from reqmodel.cli import main; main()", "replay",
+                        str(trace), "--release", "0.5.21", "--json"], capture_output=True,
+                       text=True, cwd=tmp_path)
+    data = json.loads(r.stdout)
+    assert data["first_disabled_step"] == 22
+    assert data["why_not"] == ("its guard bootstrap_ready does not hold for request 0 "
+                               "(prefill GONE, decode TRANSFER)")
+    from reqmodel.model import scenario
+    from reqmodel.model.actions import Ctx, Step
+    from reqmodel.model.actions.core import why_not
+    from reqmodel.model.releases import get
+    from reqmodel.model.actions.core import initial_state
+    sc = scenario.builtin("incident")
+    ctx, s = Ctx(get("0.5.19"), sc), initial_state(sc)
+    assert "[events] client_abort is off for request 0" in why_not(ctx, s, Step("p_abort", 0, ()))
+    assert "request 5 is not in the scenario" in why_not(ctx, s, Step("p_door", 5, ()))
+    assert "no action 'nope'" in why_not(ctx, s, Step("nope", 0, ()))
+    from reqmodel.traces import itf
+    first = itf.read(str(trace))[1][0]
+    assert why_not(ctx, s, first) == ""  # the incident's first step is enabled at the start

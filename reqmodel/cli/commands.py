@@ -480,7 +480,7 @@ def replay_cmd(trace_file, release, guards, as_json) -> None:
             f"replayed {out.steps_replayed}/{out.steps_total} steps")
     if out.first_disabled_step is not None:
         st = loaded.steps[out.first_disabled_step - 1]
-        head += f"; step {out.first_disabled_step} {st} is not enabled"
+        head += f"; step {out.first_disabled_step} {st} is not enabled: {out.why_not}"
     click.echo(head)
     if loaded.property.kind == Kind.SOMETIMES:
         click.echo("good state reached" if not out.violated else "good state NOT reached")
@@ -523,7 +523,7 @@ def show_cmd(trace_file, fmt, guards) -> None:
     out = rp.run(loaded)
     if out.first_disabled_step is not None:
         raise UserError(f"{trace_file}: step {out.first_disabled_step} does not replay on "
-                        f"{out.release}; use 'reqmodel replay' to investigate")
+                        f"{out.release}: {out.why_not}")
     violating = rp.violating_last(loaded, out)
     rows = render.rows(loaded.steps, out.states, out.events, violating)
     if fmt == "markdown":

@@ -78,14 +78,29 @@ class Outcome:
     violated_at: Optional[int]  # 1-based step at which it broke (0: the initial state)
     states: tuple
     events: tuple
+    why_not: str = ""  # why the first disabled step cannot be taken
 
     def as_json(self) -> dict:
-        return {"property": self.property, "release": self.release,
-                "steps_replayed": self.steps_replayed,
-                "first_disabled_step": self.first_disabled_step, "violated": self.violated}
+        out = {"property": self.property, "release": self.release,
+               "steps_replayed": self.steps_replayed,
+               "first_disabled_step": self.first_disabled_step, "violated": self.violated}
+        if self.why_not:
+            out["why_not"] = self.why_not
+        return out
 
 
 def run(loaded: Loaded) -> Outcome:
+    out = _run(loaded)
+    if out.first_disabled_step is None:
+        return out
+    from reqmodel.model.actions import Ctx
+    from reqmodel.model.actions.core import why_not
+    k = out.first_disabled_step - 1
+    return attrs.evolve(out, why_not=why_not(Ctx(loaded.release, loaded.scenario),
+                                             out.states[k], loaded.steps[k]))
+
+
+def _run(loaded: Loaded) -> Outcome:
     states, events, disabled = replay(loaded.release, loaded.scenario, loaded.steps)
     p = loaded.property
     at = None

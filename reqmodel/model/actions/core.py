@@ -229,6 +229,33 @@ def enabled(ctx: Ctx, s: State) -> Iterable[Tuple[Action, int]]:
             yield a, r
 
 
+def why_not(ctx: Ctx, s: State, step: Step) -> str:
+    """Why ``step`` cannot be taken in ``s``, in words (what :func:`apply`
+    checks, in its order); empty when it can."""
+    a = BY_NAME.get(step.action)
+    if a is None:
+        return f"there is no action {step.action!r} in the model"
+    r = step.rid
+    if not 0 <= r < ctx.scenario.n:
+        return f"request {r} is not in the scenario ({ctx.scenario.n} requests)"
+    if not a.allowed(ctx.scenario, r):
+        return f"the scenario's [events] {a.event_flag} is off for request {r}"
+    if s.crashed():
+        return "a scheduler crashed at an earlier step, and nothing moves after a crash"
+    if not a.guard(ctx, s, r):
+        name = getattr(a.guard, "__name__", "its guard").lstrip("_")
+        return (f"its guard {name} does not hold for request {r} (prefill "
+                f"{s.p[r].stage.name}, decode {s.d[r].stage.name})")
+    if a.choices is not None:
+        now = [tuple(x) for x in a.args(ctx, s, r)]
+        if tuple(step.arg) not in now:
+            shown = ", ".join(str(x) for x in now[:5]) + (" ..." if len(now) > 5 else "")
+            names = ", ".join(a.arg_names) or "choice"
+            return (f"its {names} {tuple(step.arg)} is not one it can take now "
+                    f"({shown or 'none'})")
+    return ""
+
+
 def apply(ctx: Ctx, s: State, step: Step) -> Optional[Tuple[State, Tuple[Event, ...]]]:
     """Re-execute one recorded step, or None when its guard is not enabled."""
     a = BY_NAME.get(step.action)
