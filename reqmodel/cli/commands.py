@@ -329,6 +329,51 @@ def _summary_line(release: str, counts: Dict[str, int], scenarios: int) -> str:
     return f"{release}: {parts} (over {scenarios} scenario{'s' * (scenarios != 1)})"
 
 
+@cli.command("report")
+@click.option("--release", "release", default="all", show_default=True,
+              help="Release name(s), comma-separated, or 'all'.")
+@click.option("--scenario", "scenario_names", multiple=True,
+              help="A built-in scenario, a comma list of them, or 'all' (repeatable; "
+                   "default: all).")
+@click.option("--out", "out", type=click.Path(file_okay=False), default="reqmodel-report",
+              show_default=True, help="Where index.html, the cell pages and the traces go.")
+@click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES,
+              show_default=True, help="Refuse scenarios with more distinct states than this.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Processes for the exhaustive search (default $REQMODEL_WORKERS or every "
+                   "core).")
+def report_cmd(release, scenario_names, out, max_states, workers) -> None:
+    """Write the verdict matrix as an HTML page to open in a browser: every
+    scenario and release on the exhaustive engine, each violated cell linked
+    to its counterexample drawn as a sequence diagram and a step table.
+    Self-contained: no script, no network."""
+    from reqmodel import report
+    releases = rel_mod.resolve(release)
+    scenarios = _scenarios(scenario_names or ("all",), ())
+    props = props_mod.select([])
+    if workers is None:
+        try:
+            workers = parallel.workers_from_env()
+        except ValueError as e:
+            raise UserError(str(e))
+    outdir = _out_dir(out)
+    console = Console(stderr=True)
+    live = _LiveStatus(console, enabled=True)
+
+    def progress(sc, rel, pair):
+        console.print(f"[dim]{escape(sc.name)} on {rel.name}: {pair[0].states:,} states, "
+                      f"{pair[0].seconds:.2f} s[/]")
+    checker = ENGINES["exhaustive"](max_states=max_states, workers=workers)
+    with live, exhaustive_mod.reporting(live.exhaustive):
+        results = run(checker, releases, scenarios, props, outdir / "traces", progress=progress)
+    import shlex
+    command = "reqmodel " + " ".join(shlex.quote(a) for a in sys.argv[1:]) \
+        if sys.argv[1:2] == ["report"] else "reqmodel report"
+    index = report.write(outdir, [r.name for r in releases], scenarios, results,
+                         _summary(releases, results), command)
+    click.echo(f"report: {index} (open it in a browser)")
+
+
 @cli.command("audit")
 @click.option("--release", "release", required=True,
               help="The release the deployment runs (0.5.19 ... 0.5.23).")

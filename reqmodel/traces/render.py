@@ -232,45 +232,134 @@ def _lane_of_msg(m: Msg) -> Tuple[str, str]:
             "ack": ("P", "D")}[m.kind]
 
 
+@attrs.frozen
+class Item:
+    """One line of a sequence diagram, whatever draws it: a note over a lane
+    (``arrow`` None) or an arrow from lane ``lane`` to lane ``arrow``
+    (``dashed`` for an answer); ``violating`` marks the violating step's
+    items, ``loop`` the items inside a lasso's loop."""
+
+    lane: str  # C, P, X or D
+    text: str
+    arrow: Optional[str] = None
+    dashed: bool = False
+    violating: bool = False
+    loop: bool = False
+
+
+def sequence(meta: dict, steps, states, events, violating_last: bool) -> List[Item]:
+    """The trace as a sequence diagram's lines: per step, a note over its
+    actor's lane, the messages and KV writes it sent, and the answers it
+    streamed; what ``to_mermaid`` and ``to_svg`` both draw."""
+    out: List[Item] = []
+    loop = meta.get("loop")
+    for i, step in enumerate(steps):
+        actor = LANE_IDS[BY_NAME[step.action].actor]
+        in_loop = loop is not None and i >= loop
+        viol = violating_last and i == len(steps) - 1 and loop is None
+        mark = dict(violating=viol, loop=in_loop)
+        msgs, _ = net_changes(states[i], states[i + 1])
+        arrows = [Item("X", f"write r{e.rid} KV into pages {fmt(e.pages)}", "D", **mark)
+                  for e in events[i] if isinstance(e, ev.Write)]
+        for m in msgs:
+            a, b = _lane_of_msg(m)
+            arrows.append(Item(a, _msg(m, states[i + 1].prefill_ranks), b, **mark))
+        arrows += [Item(LANE_IDS[e.side], f"r{e.rid} answered {e.status}", "C", dashed=True,
+                        **mark) for e in events[i] if isinstance(e, ev.Stream)]
+        if step.action in ("p_intake", "d_intake"):
+            after = states[i + 1]
+            pages = (after.p[step.rid].origin_pages if step.action == "p_intake"
+                     else after.d[step.rid].origin_pages)
+            arrows.insert(0, Item("C", f"r{step.rid} ({fmt(pages)} pages after intake)",
+                                  "P" if step.action == "p_intake" else "D", **mark))
+        notes = [_event_in_state(e, states[i]) for e in events[i]
+                 if not isinstance(e, (ev.Stream, ev.Write))]
+        out.append(Item(actor, str(step) + (": " + ", ".join(notes) if notes else ""), **mark))
+        out += arrows
+        if viol:
+            out.append(Item(actor, f"⚠ violates {meta.get('property')}", **mark))
+    if loop is None and meta.get("request") is not None:
+        out.append(Item("C", f"r{meta['request']} waits: {ends_text(meta)}"))
+    return out
+
+
 def to_mermaid(meta: dict, steps, states, events, violating_last: bool) -> str:
     out = ["sequenceDiagram", "    autonumber"]
     for key, name in LANES.items():
         out.append(f"    participant {LANE_IDS[key]} as {name}")
-    loop = meta.get("loop")
-    for i, step in enumerate(steps):
-        actor = LANE_IDS[BY_NAME[step.action].actor]
-        if loop is not None and i == loop:
+    in_loop = in_rect = False
+    for item in sequence(meta, steps, states, events, violating_last):
+        if item.loop and not in_loop:
             out.append(f"    loop forever: r{meta.get('request')} is never answered")
-        viol = violating_last and i == len(steps) - 1 and loop is None
-        if viol:
+            in_loop = True
+        if item.violating and not in_rect:
             out.append("    rect rgb(255, 215, 215)")
-        pad = "        " if viol else "    "
-        msgs, _ = net_changes(states[i], states[i + 1])
-        arrows = [f"{pad}X->>D: write r{e.rid} KV into pages {fmt(e.pages)}"
-                  for e in events[i] if isinstance(e, ev.Write)]
-        for m in msgs:
-            a, b = _lane_of_msg(m)
-            arrows.append(f"{pad}{a}->>{b}: {_msg(m, states[i + 1].prefill_ranks)}")
-        arrows += [f"{pad}{LANE_IDS[e.side]}-->>C: r{e.rid} answered {e.status}"
-                   for e in events[i] if isinstance(e, ev.Stream)]
-        if step.action in ("p_intake", "d_intake"):
-            arrows.insert(0, f"{pad}C->>{'P' if step.action == 'p_intake' else 'D'}: r{step.rid} "
-                             f"({fmt(states[i + 1].p[step.rid].origin_pages if step.action == 'p_intake' else states[i + 1].d[step.rid].origin_pages)} pages after intake)")
-        notes = [_event_in_state(e, states[i]) for e in events[i]
-                 if not isinstance(e, (ev.Stream, ev.Write))]
-        # ';' and '#' end or escape a Mermaid statement: keep them out of labels
-        label = (str(step) + (": " + ", ".join(notes) if notes else "")).replace(";", ",")
-        label = label.replace("#", "no.")
-        out.append(f"{pad}Note over {actor}: {label}")
-        out += arrows
-        if viol:
-            out.append(f"{pad}Note over {actor}: ⚠ violates {meta.get('property')}")
+            in_rect = True
+        elif in_rect and not item.violating:
             out.append("    end")
-    if loop is not None:
+            in_rect = False
+        pad = "        " if item.violating else "    "
+        # ';' and '#' end or escape a Mermaid statement: keep them out of labels
+        text = item.text.replace(";", ",").replace("#", "no.")
+        if item.arrow is None:
+            out.append(f"{pad}Note over {item.lane}: {text}")
+        else:
+            out.append(f"{pad}{item.lane}{'-->>' if item.dashed else '->>'}{item.arrow}: "
+                       f"{text}")
+    if in_rect:
         out.append("    end")
-    elif meta.get("request") is not None:
-        wait = ends_text(meta).replace(";", ",").replace("#", "no.")
-        out.append(f"    Note over C: r{meta['request']} waits: {wait}")
+    if in_loop:
+        out.append("    end")
+    return "\n".join(out) + "\n"
+
+
+def to_svg(meta: dict, steps, states, events, violating_last: bool) -> str:
+    """The same sequence diagram as a self-contained SVG (no script, no
+    network): a lifeline per lane, a row per item, the violating step's rows
+    on red, a lasso's loop on grey."""
+    from xml.sax.saxutils import escape as xml
+    items = sequence(meta, steps, states, events, violating_last)
+    lanes = list(LANE_IDS.values())
+    names = {LANE_IDS[k]: v for k, v in LANES.items()}
+    col, row, top, left = 300, 26, 50, 40
+    x = {lane: left + col // 2 + k * col for k, lane in enumerate(lanes)}
+    width, height = left * 2 + col * len(lanes), top + row * (len(items) + 1)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="12" role="img" '
+           f'aria-label="sequence diagram of {xml(str(meta.get("property", "")))}">']
+    for k, item in enumerate(items):
+        y = top + row * k
+        if item.violating or item.loop:
+            fill = "#ffd7d7" if item.violating else "#eeeeee"
+            out.append(f'<rect x="0" y="{y}" width="{width}" height="{row}" fill="{fill}" '
+                       f'class="{"violating" if item.violating else "loop"}"/>')
+    for lane in lanes:
+        out.append(f'<line x1="{x[lane]}" y1="{top - 10}" x2="{x[lane]}" y2="{height}" '
+                   'stroke="#999"/>')
+        out.append(f'<text x="{x[lane]}" y="{top - 20}" text-anchor="middle" '
+                   f'font-weight="bold">{names[lane]}</text>')
+    for k, item in enumerate(items):
+        y = top + row * k + row // 2
+        # a note stays in its lane's column (the full text is its tooltip and
+        # is in the step table)
+        span = 42 if item.arrow is None or item.arrow == item.lane else \
+            42 * abs(lanes.index(item.arrow) - lanes.index(item.lane))
+        text = xml(item.text if len(item.text) <= span else item.text[:span - 3] + "...")
+        title = f"<title>{xml(item.text)}</title>"
+        if item.arrow is None or item.arrow == item.lane:
+            out.append(f'<g>{title}<rect x="{x[item.lane] - col // 2 + 6}" y="{y - 9}" '
+                       f'width="{col - 12}" height="18" rx="3" fill="#fff8c4" stroke="#c9b800"/>'
+                       f'<text x="{x[item.lane]}" y="{y + 4}" text-anchor="middle">{text}</text>'
+                       "</g>")
+        else:
+            x1, x2 = x[item.lane], x[item.arrow]
+            head = -6 if x2 > x1 else 6
+            dash = ' stroke-dasharray="4 3"' if item.dashed else ""
+            out.append(f'<g>{title}<line x1="{x1}" y1="{y + 4}" x2="{x2}" y2="{y + 4}" '
+                       f'stroke="#333"{dash}/><polygon points="{x2},{y + 4} {x2 + head},{y} '
+                       f'{x2 + head},{y + 8}" fill="#333"/><text x="{(x1 + x2) // 2}" '
+                       f'y="{y}" text-anchor="middle">{text}</text></g>')
+    out.append("</svg>")
     return "\n".join(out) + "\n"
 
 
