@@ -325,3 +325,18 @@ def test_progress_is_shown_on_a_terminal_only(tmp_path):
     piped = run("check", "--scenario", "inflight-reuse", "--release", "0.5.21", "--workers", "1",
                 "--out", "o", cwd=tmp_path)
     assert "exhaustive:" not in piped.stderr
+
+
+def test_every_property_reference_resolves(tmp_path):
+    """'properties' cites what a user can open: files in the repository and
+    SGLang numbers, each property at least the verdict table."""
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parent.parent
+    props = json.loads(run("properties", "--json", cwd=tmp_path).stdout)
+    for p in props:
+        assert p["see"], p["name"]
+        for where in p["see"]:
+            assert re.fullmatch(r"sglang#\d{4,6}", where) or (root / where).is_file(), where
+    by = {p["name"]: p["see"] for p in props}
+    assert "notes/findings/stub-reads-foreign-kv.md" in by["no-foreign-kv-read"]
+    assert "sglang#38935" in by["no-foreign-kv-read"]

@@ -933,16 +933,33 @@ def properties_cmd(as_json) -> None:
     'reqmodel audit' (and whether its violation fails or warns there)."""
     if as_json:
         click.echo(json.dumps([{"name": p.name, "kind": str(p.kind), "gate": p.gate,
-                                "on_violation": p.on_violation, "ref": p.ref,
-                                "statement": p.text} for p in props_mod.CATALOG.values()],
-                              indent=1))
+                                "on_violation": p.on_violation, "see": _see(p.name),
+                                "ref": p.ref, "statement": p.text}
+                               for p in props_mod.CATALOG.values()], indent=1))
         return
     table = Table()
-    for col in ("name", "kind", "gate", "ref", "statement"):
+    for col in ("name", "kind", "gate", "see", "statement"):
         table.add_column(col)
     for p in props_mod.CATALOG.values():
-        table.add_row(p.name, p.kind, f"{p.gate} ({p.on_violation})", p.ref, p.text)
+        table.add_row(p.name, p.kind, f"{p.gate} ({p.on_violation})",
+                      escape("\n".join(_see(p.name))), p.text)
     _console().print(table)
+    click.echo("gate: the write-up's acceptance gate the property checks in 'reqmodel audit'; "
+               "see: the repository's notes on it and the SGLang issues and PRs its findings "
+               "cite (sglang#N: github.com/sgl-project/sglang/pull/N or /issues/N)")
+
+
+def _see(prop: str) -> List[str]:
+    """Where to read about a property, all of it openable: its recorded
+    findings' pages (notes/findings/), the SGLang numbers they cite, and
+    the verdict table."""
+    import re
+    from reqmodel import findings
+    mine = [f for f in findings.load() if f.property == prop]
+    numbers = sorted({int(n) for f in mine for u in f.upstream
+                      for n in re.findall(r"(?<![\w/])#(\d{4,6})\b", u)})
+    return ([f"notes/findings/{f.id}.md" for f in mine]
+            + [f"sglang#{n}" for n in numbers] + ["notes/verdicts.md"])
 
 
 @cli.command("releases")
