@@ -168,3 +168,31 @@ def test_replay_says_why_a_step_is_not_enabled(tmp_path):
     from reqmodel.traces import itf
     first = itf.read(str(trace))[1][0]
     assert why_not(ctx, s, first) == ""  # the incident's first step is enabled at the start
+
+
+def test_show_says_what_could_have_caught_a_violation(tmp_path):
+    """The scenario's settings, the guard points' decisions along the trace
+    (recorded by replaying it, not listed by hand), and for a transfer-read
+    property whether the KV checksum could compare anything."""
+    def show(path):
+        r = subprocess.run([sys.executable, "-c", "from reqmodel.cli import main; main()",
+                            "show", str(path)], capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+    out = show(ROOT / "counterexamples/0.5.19/no-foreign-kv-read-incident.itf.json")
+    assert "scenario settings: pools 2/4 pages" in out
+    assert "step 5 p_door(r0): prefill_door (admit_all) -> False" in out
+    assert "(prefill_door: True: retire the request" in out
+    assert "KV checksum: none in 0.5.19" in out
+    out = show(ROOT / "counterexamples/0.5.21/no-foreign-kv-read-auto-truncate.itf.json")
+    assert "prefill_door (unadmitted_reject) -> False" in out
+    assert "KV checksum: off on prefill and decode" in out
+    from reqmodel.model import scenario
+    from reqmodel.model.releases import get
+    from reqmodel.traces.explain import checksum_line
+    import attrs
+    sc = scenario.builtin("auto-truncate-checksum")
+    assert "on both roles over matching layouts" in checksum_line(get("0.5.21"), sc)
+    one = attrs.evolve(sc, prefill=attrs.evolve(sc.prefill, kv_checksum=False))
+    assert "off on prefill" in checksum_line(get("0.5.21"), one)
+    assert "layouts differ" in checksum_line(get("0.5.21"), attrs.evolve(sc, layouts_match=False))

@@ -585,6 +585,16 @@ def show_cmd(trace_file, fmt, guards) -> None:
         console = _console()
         for line in render.header(loaded.meta):
             console.print(line, highlight=False, markup=False)
+        console.print(f"scenario settings: {sc_mod.settings_summary(loaded.scenario)}",
+                      highlight=False, markup=False)
+        if out.violated:
+            from reqmodel.traces import explain
+            caught = explain.lines(loaded.release, loaded.scenario, out.property, loaded.steps)
+            if caught:
+                console.print("what could have caught it (the guard points' decisions on "
+                              "this trace, and the checks):", highlight=False, markup=False)
+                for line in caught:
+                    console.print(f"  {line}", highlight=False, markup=False)
         table = Table(show_lines=True)
         for col in ("#", "actor", "action", "what happened", "state changed"):
             table.add_column(col)
@@ -901,28 +911,10 @@ def scenarios_cmd(names, as_json) -> None:
     table.add_column("description")
     for sc in chosen:
         table.add_row(sc.name + (" (default)" if sc.name == sc_mod.DEFAULT else ""),
-                      str(list(sc.prompt_pages)), escape(_settings(sc)),
+                      str(list(sc.prompt_pages)), escape(sc_mod.settings_summary(sc)),
                       escape(" ".join(sc.description.split())))
     _console().print(table)
     click.echo("'reqmodel scenarios NAME' prints one's whole settings as a scenario file.")
-
-
-def _settings(sc: sc_mod.Scenario) -> str:
-    """What a scenario sets beyond the defaults, in a few words."""
-    data = sc.to_dict()
-    base = sc_mod.from_dict({"name": "x", "prompt_pages": list(sc.prompt_pages),
-                             "prefill": {"pool_pages": sc.prefill.pool_pages},
-                             "decode": {"pool_pages": sc.decode.pool_pages}}).to_dict()
-    out = [f"pools {sc.prefill.pool_pages}/{sc.decode.pool_pages} pages"]
-    for table in ("prefill", "decode", "options"):
-        for key, value in data[table].items():
-            if key != "pool_pages" and value != base[table].get(key):
-                out.append(f"{table if table != 'options' else ''}{'.' * (table != 'options')}"
-                           f"{key}={json.dumps(value)}")
-    events = [k for k, v in data["events"].items() if v]
-    if events:
-        out.append("events: " + ", ".join(events))
-    return "; ".join(out)
 
 
 @cli.command("properties")

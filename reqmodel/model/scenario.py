@@ -487,3 +487,23 @@ def builtin(name: str) -> Scenario:
 
 def pages_needed(tokens_pages: int) -> int:
     return max(1, math.ceil(tokens_pages))
+
+
+def settings_summary(sc: Scenario) -> str:
+    """What a scenario sets beyond the defaults, in a few words (``reqmodel
+    scenarios`` and ``show``)."""
+    import json
+    data = sc.to_dict()
+    base = from_dict({"name": "x", "prompt_pages": list(sc.prompt_pages),
+                      "prefill": {"pool_pages": sc.prefill.pool_pages},
+                      "decode": {"pool_pages": sc.decode.pool_pages}}).to_dict()
+    out = [f"pools {sc.prefill.pool_pages}/{sc.decode.pool_pages} pages"]
+    for table in ("prefill", "decode", "options"):
+        for key, value in data[table].items():
+            if key != "pool_pages" and value != base[table].get(key):
+                where = "" if table == "options" else f"{table}."
+                out.append(f"{where}{key}={json.dumps(value)}")
+    events = [k for k, v in data["events"].items() if v]
+    if events:
+        out.append("events: " + ", ".join(events))
+    return "; ".join(out)
