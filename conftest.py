@@ -7,6 +7,8 @@ exhaustion: the dead-action check and the conformance cases need every
 reachable state and edge, and on the built-in scenarios no exploration stops
 early anyway (measured), so the verdicts are the same."""
 import functools
+import os
+import pickle
 
 import pytest
 
@@ -17,24 +19,92 @@ from reqmodel.model import releases
 from reqmodel.model import scenario
 
 
-@functools.lru_cache(maxsize=None)
-def exploration(release_name: str, scenario_name: str):
+def _explore(release_name: str, scenario_name: str, keep_states: bool = True):
     rel = mutants.MUTANTS.get(release_name) or releases.get(release_name)
     return explore.explore(rel, scenario.builtin(scenario_name),
                            properties.select([]), stop_early=False, keep_graph=False,
-                           keep_states=True)
+                           keep_states=keep_states)
+
+
+# Under pytest-xdist (the default tier runs on every core) the workers share
+# the explorations through files, each pair explored by one worker: the
+# first worker that needs explorations takes, pair by pair, those no other
+# worker holds a lock on, so the workers split the exploring, and a pair
+# another worker is exploring is waited for and read. (xdist's loadgroup
+# would keep the tests on one worker, but measured with xdist 3.8 it does not
+# group them here: both dead-action tests explored everything, 175 s each.)
+# The shared copies leave out the states, which only the conformance cases
+# read, and CI runs those in one process (-n 0), where nothing is shared.
+_SHARED = None  # under xdist: in pytest's temporary directory of the run, which the workers share
+
+
+def _shared(release_name: str, scenario_name: str, block: bool):
+    """The pair's exploration from the shared directory, exploring it here
+    if no other worker is; None when ``block`` is false and one is."""
+    import fcntl
+    _SHARED.mkdir(exist_ok=True)
+    done = _SHARED / f"{release_name}--{scenario_name}.pickle"
+    if done.exists():
+        return pickle.loads(done.read_bytes())
+    with open(_SHARED / f"{release_name}--{scenario_name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return None
+        if done.exists():
+            return pickle.loads(done.read_bytes())
+        ex = _explore(release_name, scenario_name, keep_states=False)
+        tmp = done.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps(ex))
+        os.replace(tmp, done)
+        return ex
+
+
+@functools.lru_cache(maxsize=None)
+def exploration(release_name: str, scenario_name: str):
+    if _SHARED is None:
+        return _explore(release_name, scenario_name)
+    if not getattr(exploration, "_prefetched", False):
+        exploration._prefetched = True  # take a share of every built-in pair first
+        for name in scenario.builtin_names():
+            for rel in releases.NAMES:
+                if (rel, name) != (release_name, scenario_name):
+                    _shared(rel, name, block=False)
+    return _shared(release_name, scenario_name, block=True)
 
 
 @pytest.fixture(scope="session")
-def explored():
+def explored(tmp_path_factory):
+    global _SHARED
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # a worker's basetemp is .../pytest-N/popen-gwK
+        _SHARED = tmp_path_factory.getbasetemp().parent / "explored"
     return exploration
 
 
-def pytest_collection_modifyitems(config, items):
-    """Every test that reads the shared explorations (the ``explored``
-    fixture; the conformance tests read them too) is in one xdist group, so
-    that ``pytest -n N --dist loadgroup`` makes the explorations once, on one
-    worker, while the other workers take the rest of the suite (README)."""
-    for it in items:
-        if "explored" in getattr(it, "fixturenames", ()):
-            it.add_marker(pytest.mark.xdist_group("explored"))
+# The slow tier (README, "Test"): `pytest` leaves these out, `pytest -m slow`
+# runs them alone and CI runs everything. Chosen from a measured run of the
+# whole suite (`pytest -n 2 --durations=0`, 2 cores, 2026-12-04): the
+# Hypothesis and Z3 agreement suites, and the tests of the tool that take
+# more than 20 s each in all (explorations of every scenario for symmetry
+# and shortest lengths, the whole corpus through show / replay / itf-py, the
+# Z3 engine's learned paths and formulas against the concrete model).
+SLOW = (
+    "properties/test_hypothesis.py",
+    "properties/test_z3_agreement.py",
+    "tests/test_symexec.py",
+    "tests/test_architecture.py::test_every_engine_answers_in_the_one_vocabulary",
+    "tests/test_explore.py::test_symmetry_reduction_keeps_verdicts_and_lengths",
+    "tests/test_explore.py::test_counterexamples_are_shortest",
+    "tests/test_replay_show.py::test_show_and_replay_work_on_the_whole_corpus",
+    "tests/test_itf_interop.py::test_corpus_file_round_trips_through_itf_py",
+    "tests/test_symbolic.py::test_the_formula_agrees_with_the_guard_on_every_request",
+    "tests/test_prefill_tp.py::test_a_stale_report_completes_the_later_requests_response_count",
+    "tests/test_audit.py::test_auto_truncate_",
+    "tests/test_audit.py::test_checksum_across_layouts",
+)
+
+
+def pytest_itemcollected(item):
+    """The tests in ``SLOW`` get the ``slow`` marker (as each is collected)."""
+    if item.nodeid.startswith(SLOW):
+        item.add_marker(pytest.mark.slow)
