@@ -42,7 +42,8 @@ class Overrun(BaseException):
     swallow it)."""
 
 
-def _limit_from_env() -> float:
+def guard_seconds() -> float:
+    """The limit of one guard call, read from the environment each time."""
     got = os.environ.get("REQMODEL_USERCODE_SECONDS", "").strip()
     if not got:
         return 10.0
@@ -65,11 +66,6 @@ class _Watch:
 
 
 _WATCH = _Watch()
-
-
-def guard_seconds() -> float:
-    """The limit of one guard call, read from the environment each time."""
-    return _limit_from_env()
 
 
 def enter(what: str, limit: float) -> None:

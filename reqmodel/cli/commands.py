@@ -20,7 +20,7 @@ from reqmodel.model import properties as props_mod
 from reqmodel.model import releases as rel_mod
 from reqmodel.model import scenario as sc_mod
 from reqmodel.engines import exhaustive as exhaustive_mod
-from reqmodel.engines.base import Budget, ENGINES, EngineInputError, NetBoundError, run
+from reqmodel.engines.base import BUDGET_NOTE, Budget, ENGINES, EngineInputError, NetBoundError, run
 from reqmodel.engines import parallel
 from reqmodel.engines.exhaustive import BoundExceeded, DEFAULT_MAX_STATES
 from reqmodel.traces.itf import TraceFileError
@@ -76,6 +76,29 @@ def _out_dir(out: str, option: str = "--out") -> pathlib.Path:
                 raise UserError(f"{option} {out}: {part} is a file, not a directory")
             break
     return path
+
+
+def _workers(workers: Optional[int]) -> int:
+    """--workers, or $REQMODEL_WORKERS, or every core."""
+    if workers is not None:
+        return workers
+    try:
+        return parallel.workers_from_env()
+    except ValueError as e:
+        raise UserError(str(e))
+
+
+def _command_line(name: str) -> str:
+    """The command as the user typed it, for a report to record."""
+    import shlex
+    return ("reqmodel " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == [name]
+            else f"reqmodel {name} ...")
+
+
+def _pair_line(sc: sc_mod.Scenario, rel, pair) -> str:
+    """The progress line of one exhaustive release x scenario."""
+    return f"[dim]{escape(sc.name)} on {rel.name}: {pair[0].states:,} states, " \
+           f"{pair[0].seconds:.2f} s[/]"
 
 
 def _console() -> Console:
@@ -171,11 +194,7 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
         raise UserError("--seconds must be positive")
     if engine != "exhaustive" and workers is not None:
         raise UserError("--workers is for --engine exhaustive")
-    if workers is None:
-        try:
-            workers = parallel.workers_from_env()
-        except ValueError as e:
-            raise UserError(str(e))
+    workers = _workers(workers)
     if engine == "z3":
         depth = Z3_DEFAULT_DEPTH if depth is None else depth
         if not 1 <= depth <= Z3_MAX_DEPTH:
@@ -194,8 +213,7 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
         if as_json:
             return
         if engine == "exhaustive":
-            console.print(f"[dim]{escape(sc.name)} on {rel.name}: {pair[0].states:,} states, "
-                          f"{pair[0].seconds:.2f} s[/]")
+            console.print(_pair_line(sc, rel, pair))
         else:
             what = f"z3 to depth {depth}" if engine == "z3" else f"hypothesis ({hprofile})"
             console.print(f"[dim]{escape(sc.name)} on {rel.name}: {what} done[/]")
@@ -224,10 +242,9 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
         "budget_seconds": round(budget.seconds, 1),
         "seconds": round(budget.seconds - budget.left(), 1),
         "cells_cut_by_budget": budget.cut}
-    if as_json:  # the answer first: counts per release, then every cell
-        data = {"summary": summary, "results": [r.as_json() for r in results]}
-        if searched is not None:
-            data = {"summary": summary, "searched": searched, "results": data["results"]}
+    if as_json:  # the answer first: counts per release (and what was searched), then every cell
+        data = {"summary": summary, **({} if searched is None else {"searched": searched}),
+                "results": [r.as_json() for r in results]}
         click.echo(json.dumps(data, indent=1))
         return
     stdout = _console()
@@ -248,13 +265,14 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
     if files:
         stdout.print(f"{len(files)} trace file(s) written under {out}/")
     for prop, note in sorted({(r.property, r.note) for r in results
-                              if r.note and r.note != "the time budget ended the search"}):
+                              if r.note and r.note != BUDGET_NOTE}):
         stdout.print(f"{prop}: {note}", markup=False, highlight=False)
     if searched is not None:
-        stdout.print(f"searched for {searched['seconds']:g} s of a {searched['budget_seconds']:g} s "
-                     f"budget; the budget ended the search on {budget.cut} of {len(results)} "
-                     "cells" + (" (--seconds gives more, --no-budget runs the profile in full)"
-                                if budget.cut else ""), highlight=False)
+        stdout.print(f"searched for {searched['seconds']:g} s of a "
+                     f"{searched['budget_seconds']:g} s budget; the budget ended the search on "
+                     f"{budget.cut} of {len(results)} cells"
+                     + (" (--seconds gives more, --no-budget runs the profile in full)"
+                        if budget.cut else ""), highlight=False)
     if engine == "hypothesis":
         ex = sum(r.examples or 0 for r in results)
         st_ = sum(r.steps or 0 for r in results)
@@ -351,26 +369,17 @@ def report_cmd(release, scenario_names, out, max_states, workers) -> None:
     releases = rel_mod.resolve(release)
     scenarios = _scenarios(scenario_names or ("all",), ())
     props = props_mod.select([])
-    if workers is None:
-        try:
-            workers = parallel.workers_from_env()
-        except ValueError as e:
-            raise UserError(str(e))
+    workers = _workers(workers)
     outdir = _out_dir(out)
     console = Console(stderr=True)
     live = _LiveStatus(console, enabled=True)
 
-    def progress(sc, rel, pair):
-        console.print(f"[dim]{escape(sc.name)} on {rel.name}: {pair[0].states:,} states, "
-                      f"{pair[0].seconds:.2f} s[/]")
     checker = ENGINES["exhaustive"](max_states=max_states, workers=workers)
     with live, exhaustive_mod.reporting(live.exhaustive):
-        results = run(checker, releases, scenarios, props, outdir / "traces", progress=progress)
-    import shlex
-    command = "reqmodel " + " ".join(shlex.quote(a) for a in sys.argv[1:]) \
-        if sys.argv[1:2] == ["report"] else "reqmodel report"
+        results = run(checker, releases, scenarios, props, outdir / "traces",
+                      progress=lambda sc, rel, pair: console.print(_pair_line(sc, rel, pair)))
     index = report.write(outdir, [r.name for r in releases], scenarios, results,
-                         _summary(releases, results), command)
+                         _summary(releases, results), _command_line("report"))
     click.echo(f"report: {index} (open it in a browser)")
 
 
@@ -420,11 +429,7 @@ def audit_cmd(release, prefill_args, decode_args, env, prefill_log, decode_log, 
     unknown = [n for n in names if n not in _ASSUMPTIONS]
     if unknown:
         raise UserError(f"--assume {unknown[0]}: unknown (known: {', '.join(_ASSUMPTIONS)})")
-    if workers is None:
-        try:
-            workers = parallel.workers_from_env()
-        except ValueError as e:
-            raise UserError(str(e))
+    workers = _workers(workers)
     if markdown is not None and pathlib.Path(markdown).is_dir():
         raise UserError(f"--markdown {markdown} is a directory")
     try:
@@ -444,10 +449,8 @@ def audit_cmd(release, prefill_args, decode_args, env, prefill_log, decode_log, 
     result = gates.audit(rel, p, d, tuple(dict.fromkeys(names)), _out_dir(out),
                          workers, progress)
     if markdown is not None:
-        import shlex
-        cmd = "reqmodel audit " + " ".join(shlex.quote(x) for x in sys.argv[1:] if x != "audit") \
-            if sys.argv[1:2] == ["audit"] else "reqmodel audit ..."
-        output.write_text(pathlib.Path(markdown), report.to_markdown(result, cmd))
+        output.write_text(pathlib.Path(markdown),
+                          report.to_markdown(result, _command_line("audit")))
     if as_json:
         click.echo(json.dumps(result.as_json(), indent=1))
     else:
@@ -798,8 +801,7 @@ def _change_line(counts: Dict[str, int], scenarios: int) -> str:
                    "(repeatable; default: every built-in one).")
 @click.option("--no-reach", is_flag=True, help="Skip the reachability column (Z3 only: seconds).")
 @click.option("--point", "points", multiple=True,
-              type=click.Choice([*props_mod.g.GUARD_POINTS, "retire_cleanup", "checksum",
-                                 "scenario_overrides"]),
+              type=click.Choice([*props_mod.g.GUARD_POINTS, *props_mod.g.FIELD_POINTS]),
               help="Only this guard point or proposal field (repeatable).")
 @click.option("--max-states", type=click.IntRange(min=1), default=DEFAULT_MAX_STATES,
               show_default=True,
@@ -832,7 +834,7 @@ def guard_diff_cmd(a, b, scenario_names, no_reach, points, max_states, as_json) 
     console = _console()
     console.print(f"guard diff {sa.label} -> {sb.label} ({seconds:.1f} s)", highlight=False)
     for p in result:
-        if p.name in symbolic.FIELD_POINTS:
+        if p.name in props_mod.g.FIELD_POINTS:
             what = "the same" if p.status == "same" else "differs"
             console.print(f"  {p.name}: {what} ({p.a_impl}"
                           + ("" if p.status == "same" else f" -> {p.b_impl}") + ")",
@@ -862,7 +864,7 @@ def guard_diff_cmd(a, b, scenario_names, no_reach, points, max_states, as_json) 
 def _point_json(p) -> dict:
     from reqmodel.engines.z3 import guard_diff as symbolic
     out = {"name": p.name, "status": p.status, "a": p.a_impl, "b": p.b_impl}
-    if p.status == "differs" and p.name not in symbolic.FIELD_POINTS:
+    if p.status == "differs" and p.name not in props_mod.g.FIELD_POINTS:
         out["regions"] = [
             {"a": symbolic.show(r.a), "b": symbolic.show(r.b), "fields": list(r.fields),
              "witness": {k: symbolic.show(v) for k, v in r.witness.items()},

@@ -143,6 +143,11 @@ def partial_forms(engine, release: Release, scenario: Scenario, props: Sequence[
     return out
 
 
+# the note of a cell whose search the time budget ended (a 'holds' there means
+# none found in the examples run)
+BUDGET_NOTE = "the time budget ended the search"
+
+
 class Budget:
     """A time budget for a whole command, shared out as it goes: each cell
     (a property, or a release x scenario pair for Z3) gets an equal part of
@@ -206,7 +211,7 @@ class Hypothesis:
             out.append(Result(release.name, scenario.name, p.name, p.kind, Answer(v.verdict),
                               None, None, hv.seconds, self.name, hv.examples,
                               hv.steps, hv.runs, trace=v.trace,
-                              note=("the time budget ended the search" if hv.cut else None),
+                              note=(BUDGET_NOTE if hv.cut else None),
                               trace_meta={"profile": self.profile, "examples": hv.examples,
                                           "runs": hv.runs, "hypothesis_length": hv.shrunk_length}))
         return out

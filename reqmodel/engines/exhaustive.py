@@ -307,7 +307,7 @@ def _explore(release: Release, scenario: Scenario, props: Sequence[Property], ma
                     found[name] = (kind, v)
                 if len(states) > max_states:
                     raise BoundExceeded.of(max_states, scenario, release)
-                if not len(states) % PROGRESS_EVERY and on_progress is not None:
+                if on_progress is not None and not len(states) % PROGRESS_EVERY:
                     on_progress({"states": len(states), "depth": depth[u],
                                  "frontier": len(queue),
                                  "seconds": time.perf_counter() - t0})

@@ -209,6 +209,12 @@ GUARD_POINTS: Dict[str, GuardPoint] = {gp.name: gp for gp in (
 )}
 
 
+# The data a proposal may set besides guard points that changes what the
+# model does (proposals.proposal.FIELDS describes them); 'reqmodel guard
+# diff' compares them by value.
+FIELD_POINTS = ("retire_cleanup", "checksum", "scenario_overrides")
+
+
 # The fields a guard point may read, by view.  SGLang names where SGLang has
 # the field; ``tests/test_guard.py`` checks every name exists on the view.
 VIEWS: Dict[str, Dict[str, str]] = {

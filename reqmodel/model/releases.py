@@ -16,6 +16,7 @@ from typing import Callable, Dict, Optional, Tuple
 
 import attrs
 
+from reqmodel import messages
 from reqmodel.model import guards as g
 from reqmodel.model.behaviours import INTAKE, POOL, PROMPT, SUFFIX, KVChecksum, SenderCapacity
 from reqmodel.model.ackpolicy import FAN_OUT, LAST, PER_ENDPOINT, AckPolicy
@@ -310,8 +311,8 @@ def get(name: str) -> Release:
     try:
         return RELEASES[name]
     except KeyError:
-        shown = repr(name) if len(repr(name)) <= 40 else repr(name)[:37] + "..."
-        raise ReleaseError(f"unknown release {shown} (known: {', '.join(NAMES)})") from None
+        raise ReleaseError(f"unknown release {messages.short(name, 40)} "
+                           f"(known: {', '.join(NAMES)})") from None
 
 
 def resolve(spec: str) -> Tuple[Release, ...]:

@@ -102,10 +102,8 @@ class Proposal:
 
 
 def _wrap(path: str, gp: g.GuardPoint, fn: Callable, limit: float) -> Callable:
-    label = f"{gp.name}"
-
     def guarded(*args):
-        usercode.enter(label, limit)
+        usercode.enter(gp.name, limit)
         try:
             out = fn(*args)
         except KeyboardInterrupt:

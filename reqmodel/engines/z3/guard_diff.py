@@ -614,9 +614,6 @@ class Subject:
     overrides: Dict[str, Any] = attrs.field(factory=dict)
 
 
-# the data a proposal may set that changes what the model does, compared by
-# value (``reqmodel guard points`` lists them with the guard points)
-FIELD_POINTS = ("retire_cleanup", "checksum", "scenario_overrides")
 
 
 def _field(subject: Subject, name: str) -> str:
@@ -660,8 +657,8 @@ def diff(a: Subject, b: Subject, scenarios=None, max_states: int = 1_500_000,
     and under B."""
     out = []
     obs_a = obs_b = None
-    for name in points or (*g.GUARD_POINTS, *FIELD_POINTS):
-        if name in FIELD_POINTS:
+    for name in points or (*g.GUARD_POINTS, *g.FIELD_POINTS):
+        if name in g.FIELD_POINTS:
             va, vb = _field(a, name), _field(b, name)
             out.append(PointDiff(name, "same" if va == vb else "differs", va, vb))
             continue
