@@ -340,3 +340,27 @@ def test_every_property_reference_resolves(tmp_path):
     by = {p["name"]: p["see"] for p in props}
     assert "notes/findings/stub-reads-foreign-kv.md" in by["no-foreign-kv-read"]
     assert "sglang#38935" in by["no-foreign-kv-read"]
+
+
+def test_every_scenario_reference_resolves(tmp_path):
+    """A built-in scenario's description cites what a user can open: the
+    write-up's gates and chain, files in the repository, SGLang numbers; not
+    the modelling reference's sections or this project's issue numbers,
+    which live outside the repository. Its 'see' lists its findings' pages."""
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parent.parent
+    listed = json.loads(run("scenarios", "--json", cwd=tmp_path).stdout)
+    for sc in listed:
+        text = sc["description"]
+        assert not re.search(r"§|[Ii]ssue #\d|reference's|\bS\d\b|\bR\d\b|method \d", text), (
+            sc["name"], text)
+        for path in re.findall(r"\b(?:notes|reqmodel|benchmarks|tools)/[\w./-]+\w", text):
+            assert (root / path).exists(), (sc["name"], path)
+        for gate in re.findall(r"[Gg]ates? ([a-z/]+)", text):
+            assert gate in ("pool/context", "reject/admission", "transfer/read",
+                            "lifetime/ownership"), (sc["name"], gate)
+        assert sc["see"][-1] == "notes/verdicts.md"
+        for where in sc["see"]:
+            assert (root / where).is_file(), where
+    by = {sc["name"]: sc["see"] for sc in listed}
+    assert "notes/findings/stub-reads-foreign-kv.md" in by["incident"]

@@ -897,6 +897,7 @@ def scenarios_cmd(names, as_json) -> None:
     if as_json:
         click.echo(json.dumps([{"name": sc.name, "default": sc.name == sc_mod.DEFAULT,
                                 "description": " ".join(sc.description.split()),
+                                "see": _scenario_see(sc.name),
                                 "settings": sc.to_dict()} for sc in chosen], indent=1))
         return
     if names:
@@ -911,12 +912,23 @@ def scenarios_cmd(names, as_json) -> None:
     table.add_column("requests (prompt pages)")
     table.add_column("settings")
     table.add_column("description")
+    table.add_column("see")
     for sc in chosen:
         table.add_row(sc.name + (" (default)" if sc.name == sc_mod.DEFAULT else ""),
                       str(list(sc.prompt_pages)), escape(sc_mod.settings_summary(sc)),
-                      escape(" ".join(sc.description.split())))
+                      escape(" ".join(sc.description.split())),
+                      escape("\n".join(_scenario_see(sc.name))))
     _console().print(table)
-    click.echo("'reqmodel scenarios NAME' prints one's whole settings as a scenario file.")
+    click.echo("'reqmodel scenarios NAME' prints one's whole settings as a scenario file; "
+               "see: the findings recorded on the scenario (notes/findings/) and the verdict "
+               "table.")
+
+
+def _scenario_see(name: str) -> List[str]:
+    """The findings recorded on a scenario (their pages) and the verdict table."""
+    from reqmodel import findings
+    return [f"notes/findings/{f.id}.md" for f in findings.load() if f.scenario == name] + [
+        "notes/verdicts.md"]
 
 
 @cli.command("properties")
