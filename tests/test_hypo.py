@@ -214,3 +214,40 @@ def test_drawn_conformance_cases_are_drawn_without_constant_injection(monkeypatc
     monkeypatch.setattr(shim, "no_constant_injection", spy)
     col = cases.from_drawn(releases.get("0.5.22"), target=1, max_examples=3, walk_steps=3)
     assert inside and col.step_cases >= 0
+
+
+def test_a_deadline_stops_minimising_with_a_trace_that_still_breaks():
+    """A budgeted search's minimisation gives up at the deadline: the
+    breadth-first search answers None, and minimise returns the trace it has,
+    which still breaks the property (not necessarily the shortest)."""
+    import time
+    steps = decode_200_trace()
+    past = time.monotonic() - 1
+    s0 = hypo.initial_state(INCIDENT)
+    assert hypo._shortest_hit(CTX19, REJECTED, s0, len(steps), 10_000, past) is None
+    assert hypo._shortest_hit(CTX19, REJECTED, s0, len(steps), 10_000) is not None
+    cut = hypo.minimise(CTX19, REJECTED, steps, deadline=past)
+    assert hypo.breaks(CTX19, REJECTED, cut) == len(cut) and len(cut) <= len(steps)
+    assert len(cut) > 12  # the shortest is 12: the searches did not run
+
+
+def test_a_budgeted_search_for_every_property_at_once_finds_only_real_violations():
+    """check_together (the budgeted CLI's search) shares each run among the
+    properties not found yet: each violation it reports replays, is one the
+    exhaustive engine finds too, and a found property leaves the search;
+    the chunks are seeded, so the same call finds the same."""
+    import time
+    rel = releases.get("0.5.19")
+    props = [p for p in properties.CATALOG.values() if p.kind == properties.Kind.ALWAYS]
+    got = hypo.check_together(rel, INCIDENT, props, "dev", time.monotonic() + 600)
+    assert set(got) == {p.name for p in props}
+    ex = explore.explore(rel, INCIDENT, props, keep_graph=False)
+    found = {n for n, hv in got.items() if hv.verdict.verdict == "violated"}
+    assert {"reject-acquires-nothing", "rejected-never-succeeds"} <= found
+    for name in found:
+        assert ex.verdicts[name].verdict == "violated", name
+        trace = got[name].verdict.trace
+        assert hypo.breaks(CTX19, properties.CATALOG[name], trace.steps) == len(trace.steps)
+    assert got["reject-acquires-nothing"].verdict.trace_length == 2
+    again = hypo.check_together(rel, INCIDENT, props, "dev", time.monotonic() + 600)
+    assert {n for n, hv in again.items() if hv.verdict.verdict == "violated"} == found

@@ -49,7 +49,11 @@ def cli() -> None:
 
 
 def _scenarios(names: Tuple[str, ...], files: Tuple[str, ...],
-               bounds: sc_mod.Bounds = sc_mod.EXHAUSTIVE) -> List[sc_mod.Scenario]:
+               bounds: sc_mod.Bounds = sc_mod.EXHAUSTIVE,
+               default: Tuple[str, ...] = (sc_mod.DEFAULT,)) -> List[sc_mod.Scenario]:
+    """``--scenario`` names (``all``: the exhaustive engine's built-ins;
+    ``large``: those beyond its reach) and ``--scenario-file`` files;
+    ``default`` when neither is given."""
     out: List[sc_mod.Scenario] = []
     parts = [part.strip() for name in names for part in name.split(",")]
     if not all(parts):
@@ -58,10 +62,12 @@ def _scenarios(names: Tuple[str, ...], files: Tuple[str, ...],
     for name in parts:
         if name == "all":
             out.extend(sc_mod.builtin(n) for n in sc_mod.builtin_names())
+        elif name == "large":
+            out.extend(sc_mod.builtin(n) for n in sc_mod.large_names())
         else:
             out.append(sc_mod.builtin(name))
     out.extend(sc_mod.load_file(f, bounds) for f in files)
-    return out or [sc_mod.builtin(sc_mod.DEFAULT)]
+    return out or [sc_mod.builtin(n) for n in default]
 
 
 def _out_dir(out: str, option: str = "--out") -> pathlib.Path:
@@ -123,6 +129,8 @@ _BOUNDED = {"holds-to-depth": "[green]holds[/] to depth {}",
 def _cell(r) -> str:
     if getattr(r, "proved", False):
         return "[green]proved[/]" if r.kind == Kind.ALWAYS else "[bold red]unreachable[/] (proved)"
+    if r.verdict == "unreached-to-depth" and r.depth is None:  # sampled: no depth
+        return "[yellow]not reached[/]"
     if r.verdict in _BOUNDED:
         return _BOUNDED[r.verdict].format(r.depth)
     text = _CELL[r.verdict]
@@ -139,8 +147,9 @@ def _cell(r) -> str:
 @click.option("--release", "release", default="all", show_default=True,
               help="A release (0.5.19 ... 0.5.23), a comma-separated list, or 'all'.")
 @click.option("--scenario", "scenario_names", multiple=True,
-              help="A built-in scenario, a comma list of them, or 'all' (repeatable; "
-                   "default: incident).")
+              help="A built-in scenario, a comma list of them, 'all' (every built-in one "
+                   "the exhaustive engine answers) or 'large' (those beyond it) (repeatable; "
+                   "default: incident; with --engine hypothesis: large).")
 @click.option("--scenario-file", "scenario_files", multiple=True,
               type=click.Path(dir_okay=False), help="A scenario TOML file.")
 @click.option("--property", "prop_names", multiple=True,
@@ -204,8 +213,10 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
             raise UserError("--max-net must be 1 to 64")
     # the Hypothesis engine holds one state at a time: it takes scenario files
     # beyond the exhaustive checker's bounds
+    # the Hypothesis engine's default: the built-in scenarios only it answers
     scenarios = _scenarios(scenario_names, scenario_files,
-                           sc_mod.SAMPLED if engine == "hypothesis" else sc_mod.EXHAUSTIVE)
+                           sc_mod.SAMPLED if engine == "hypothesis" else sc_mod.EXHAUSTIVE,
+                           sc_mod.large_names() if engine == "hypothesis" else (sc_mod.DEFAULT,))
     props = props_mod.select(prop_names)
     console = Console(stderr=True)
 
@@ -223,9 +234,9 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
         seconds = BUDGET[engine] if z3_seconds is None else z3_seconds
         if per_release:
             seconds *= len(releases)
-        cells = (sum(p.applies(rel, sc) for rel in releases for sc in scenarios for p in props)
-                 if engine == "hypothesis" else len(releases) * len(scenarios))
-        budget = Budget(seconds, cells)
+        # a share per release x scenario pair (the Hypothesis engine searches
+        # for a pair's properties together)
+        budget = Budget(seconds, len(releases) * len(scenarios))
     live = _LiveStatus(console, enabled=not as_json)
     options = {"exhaustive": dict(max_states=max_states, workers=workers),
                "hypothesis": dict(profile=hprofile, budget=budget, progress=live.hypothesis),
@@ -274,9 +285,7 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
                      + (" (--seconds gives more, --no-budget runs the profile in full)"
                         if budget.cut else ""), highlight=False)
     if engine == "hypothesis":
-        ex = sum(r.examples or 0 for r in results)
-        st_ = sum(r.steps or 0 for r in results)
-        runs = sum(r.runs or 0 for r in results)
+        ex, st_, runs = checker.examples, checker.steps, checker.runs
         stdout.print(f"hypothesis ({hprofile}): {ex:,} examples, {runs:,} runs, {st_:,} steps; "
                      "(n) = length of "
                      "the minimised counterexample; 'holds' = none found within the budget")
@@ -893,9 +902,12 @@ def scenarios_cmd(names, as_json) -> None:
     list), print its whole settings as a scenario file, to copy, edit and
     pass back with --scenario-file."""
     chosen = (_scenarios(names, ()) if names
-              else [sc_mod.builtin(n) for n in sc_mod.builtin_names()])
+              else [sc_mod.builtin(n) for n in sc_mod.builtin_names() + sc_mod.large_names()])
+    large = set(sc_mod.large_names())
     if as_json:
         click.echo(json.dumps([{"name": sc.name, "default": sc.name == sc_mod.DEFAULT,
+                                "engines": (["hypothesis"] if sc.name in large
+                                            else ["exhaustive", "hypothesis", "z3"]),
                                 "description": " ".join(sc.description.split()),
                                 "see": _scenario_see(sc.name),
                                 "settings": sc.to_dict()} for sc in chosen], indent=1))
@@ -914,13 +926,15 @@ def scenarios_cmd(names, as_json) -> None:
     table.add_column("description")
     table.add_column("see")
     for sc in chosen:
-        table.add_row(sc.name + (" (default)" if sc.name == sc_mod.DEFAULT else ""),
+        table.add_row(sc.name + (" (default)" if sc.name == sc_mod.DEFAULT else "")
+                      + (" (large)" if sc.name in large else ""),
                       str(list(sc.prompt_pages)), escape(sc_mod.settings_summary(sc)),
                       escape(" ".join(sc.description.split())),
                       escape("\n".join(_scenario_see(sc.name))))
     _console().print(table)
     click.echo("'reqmodel scenarios NAME' prints one's whole settings as a scenario file; "
-               "see: the findings recorded on the scenario (notes/findings/) and the verdict "
+               "(large): beyond the exhaustive engine's reach, the default of --engine "
+               "hypothesis ('--scenario large'); see: the findings recorded on the scenario (notes/findings/) and the verdict "
                "table.")
 
 

@@ -49,7 +49,7 @@ class Answer(enum.StrEnum):
     VIOLATED = "violated"  # safety: a counterexample; reachability: the good state is unreachable
     NOT_APPLICABLE = "not-applicable"  # the property says nothing on this release x scenario
     HOLDS_TO_DEPTH = "holds-to-depth"  # z3: no violation of at most `depth` steps
-    UNREACHED_TO_DEPTH = "unreached-to-depth"  # z3: the good state is not within `depth` steps
+    UNREACHED_TO_DEPTH = "unreached-to-depth"  # z3: not within `depth` steps; hypothesis: not in its samples
 
 
 @attrs.frozen
@@ -108,6 +108,10 @@ class Exhaustive:
 
     def check(self, release: Release, scenario: Scenario,
               props: Sequence[Property]) -> List[Result]:
+        from reqmodel.model.scenario import exhaustive_refusal
+        refusal = exhaustive_refusal(scenario)
+        if refusal is not None:  # a large built-in scenario, loaded with the sampled bounds
+            raise EngineInputError(f"{refusal}; --engine hypothesis answers it")
         ex = explore(release, scenario, props, max_states=self.max_states, keep_graph=False,
                      workers=self.workers)
         return [Result(release.name, scenario.name, p.name, p.kind, Answer(v.verdict),
@@ -173,16 +177,19 @@ class Budget:
 
 class Hypothesis:
     """Sampled interleavings, minimised (``reqmodel.engines.hypothesis``).
-    With a :class:`Budget`, each applicable cell searches until the
-    profile's examples or its share of the budget, whichever comes first;
-    ``progress(info)`` is called after each chunk of examples."""
+    With a :class:`Budget`, each release x scenario pair searches for all its
+    properties at once (``check_together``) until the profile's examples
+    since its last find or its share of the budget, whichever comes first;
+    ``progress(info)`` is called after each chunk of examples. Without one,
+    each property has its own search of the profile (the pinned ``ci``
+    table)."""
 
     name = "hypothesis"
 
     def __init__(self, profile: str = "ci", budget: Optional[Budget] = None,
                  progress: Optional[Callable[[Dict], None]] = None) -> None:
         self.profile, self.budget, self.progress = profile, budget, progress
-        self.examples = 0  # over every cell checked so far
+        self.examples = self.runs = self.steps = 0  # over every cell checked so far
 
     def check(self, release: Release, scenario: Scenario,
               props: Sequence[Property]) -> List[Result]:
@@ -192,23 +199,36 @@ class Hypothesis:
     def _check(self, release: Release, scenario: Scenario,
                props: Sequence[Property]) -> List[Result]:
         from reqmodel.engines.hypothesis import engine as hypo
+        if self.budget is not None:  # one search for every property, as long as its share
+            on_chunk = None
+            if self.progress is not None:
+                def on_chunk(stats, open_):
+                    self.progress({"release": release.name, "scenario": scenario.name,
+                                   "property": f"{open_} open",
+                                   "examples": self.examples + stats.examples,
+                                   "left": self.budget.left()})
+            got = hypo.check_together(release, scenario, props, self.profile,
+                                      self.budget.next_deadline(), on_chunk)
+            hvs = [got[p.name] for p in props]
+            done = max(hvs, key=lambda hv: hv.examples, default=None)  # the whole search
+            searched = [] if done is None else [done]
+        else:
+            hvs = searched = [hypo.check_property(release, scenario, p, self.profile)
+                              for p in props]
+        self.examples += sum(hv.examples for hv in searched)
+        self.runs += sum(hv.runs for hv in searched)
+        self.steps += sum(hv.steps for hv in searched)
         out = []
-        for p in props:
-            deadline = on_chunk = None
-            if self.budget is not None and p.applies(release, scenario):
-                deadline = self.budget.next_deadline()
-                if self.progress is not None:
-                    def on_chunk(stats, p=p):
-                        self.progress({"release": release.name, "scenario": scenario.name,
-                                       "property": p.name, "examples": self.examples
-                                       + stats.examples, "left": self.budget.left()})
-            hv = hypo.check_property(release, scenario, p, self.profile, deadline=deadline,
-                                     on_chunk=on_chunk)
-            self.examples += hv.examples
+        for p, hv in zip(props, hvs):
             if hv.cut:
                 self.budget.cut += 1
             v = hv.verdict
-            out.append(Result(release.name, scenario.name, p.name, p.kind, Answer(v.verdict),
+            answer = Answer(v.verdict)
+            if p.kind == Kind.SOMETIMES and answer == Answer.VIOLATED:
+                # sampling that did not reach the good state says nothing of
+                # whether it is reachable
+                answer = Answer.UNREACHED_TO_DEPTH
+            out.append(Result(release.name, scenario.name, p.name, p.kind, answer,
                               None, None, hv.seconds, self.name, hv.examples,
                               hv.steps, hv.runs, trace=v.trace,
                               note=(BUDGET_NOTE if hv.cut else None),

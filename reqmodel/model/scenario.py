@@ -469,7 +469,16 @@ def load_file(path: str, bounds: Bounds = EXHAUSTIVE) -> Scenario:
 
 
 def builtin_names() -> Tuple[str, ...]:
+    """The built-in scenarios the exhaustive engine answers (``all``)."""
     files = resources.files("reqmodel").joinpath("scenarios")
+    return tuple(sorted(f.name[:-5] for f in files.iterdir() if f.name.endswith(".toml")))
+
+
+def large_names() -> Tuple[str, ...]:
+    """The built-in scenarios beyond the exhaustive engine's reach
+    (``scenarios/large/``, the keyword ``large``): more requests, ranks or
+    events than it can enumerate; the Hypothesis engine's default."""
+    files = resources.files("reqmodel").joinpath("scenarios", "large")
     return tuple(sorted(f.name[:-5] for f in files.iterdir() if f.name.endswith(".toml")))
 
 
@@ -477,12 +486,26 @@ DEFAULT = "incident"
 
 
 def builtin(name: str) -> Scenario:
-    if name not in builtin_names():
+    large = name in large_names()
+    if not large and name not in builtin_names():
+        known = builtin_names() + large_names()
         raise ScenarioError(f"unknown scenario {_short(name)}"
-                            f"{did_you_mean(name, builtin_names())} "
+                            f"{did_you_mean(name, known)} "
                             "('reqmodel scenarios' lists the built-in ones)")
-    text = resources.files("reqmodel").joinpath("scenarios", f"{name}.toml").read_text()
-    return from_dict(tomllib.loads(text), origin=name)
+    where = ("scenarios", "large", f"{name}.toml") if large else ("scenarios", f"{name}.toml")
+    text = resources.files("reqmodel").joinpath(*where).read_text()
+    return from_dict(tomllib.loads(text), origin=name, bounds=SAMPLED if large else EXHAUSTIVE)
+
+
+def exhaustive_refusal(sc: Scenario) -> Optional[str]:
+    """Why the exhaustive engine cannot take ``sc`` (the bounds a scenario
+    file is held to), or None: a large built-in scenario is loaded with the
+    sampled bounds, so the exhaustive engine asks again."""
+    try:
+        from_dict(to_dict(sc), origin=sc.name, bounds=EXHAUSTIVE)
+    except ScenarioError as exc:
+        return str(exc)
+    return None
 
 
 def pages_needed(tokens_pages: int) -> int:
@@ -496,7 +519,8 @@ def settings_summary(sc: Scenario) -> str:
     data = sc.to_dict()
     base = from_dict({"name": "x", "prompt_pages": list(sc.prompt_pages),
                       "prefill": {"pool_pages": sc.prefill.pool_pages},
-                      "decode": {"pool_pages": sc.decode.pool_pages}}).to_dict()
+                      "decode": {"pool_pages": sc.decode.pool_pages}},
+                     bounds=SAMPLED).to_dict()
     out = [f"pools {sc.prefill.pool_pages}/{sc.decode.pool_pages} pages"]
     for table in ("prefill", "decode", "options"):
         for key, value in data[table].items():

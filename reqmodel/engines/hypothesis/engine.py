@@ -509,30 +509,37 @@ START_BUDGET = 20_000  # canonical states: two seconds of breadth-first search
 START_BUDGET_LARGE = 5_000  # plain states, beyond the exhaustive bounds
 
 
-def minimise(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Tuple[Step, ...]:
+def minimise(ctx: Ctx, prop: Property, steps: Sequence[Step],
+             deadline: Optional[float] = None) -> Tuple[Step, ...]:
     """A breadth-first search from the initial state first, within
     ``START_BUDGET`` states: when it finds a hit, that is a shortest trace
     (a run can stumble on a long route to a state that a different, shorter
     route also reaches, and deleting steps from the long one cannot find the
     short one).  Otherwise delete steps (``delete_steps``), then replace tails
-    by shorter ones (``shorten_tail``), until neither changes the trace."""
+    by shorter ones (``shorten_tail``), until neither changes the trace.
+    Past ``deadline`` (a ``time.monotonic()`` instant; a budgeted search's)
+    the searches give up and the trace found so far is returned: shorter
+    than the run's, not necessarily shortest."""
     cur = until_hit(ctx, prop, steps, repair=True)
     assert cur is not None, "the steps do not break the property"
     budget = START_BUDGET if _symmetric_search(ctx) else START_BUDGET_LARGE
-    shortest = _shortest_hit(ctx, prop, initial_state(ctx.scenario), len(cur) - 1, budget)
+    shortest = _shortest_hit(ctx, prop, initial_state(ctx.scenario), len(cur) - 1, budget,
+                             deadline)
     if shortest is not None:
         return shortest
     while True:
         cur = delete_steps(ctx, prop, cur)
-        shorter = shorten_tail(ctx, prop, cur)
+        if deadline is not None and time.monotonic() >= deadline:
+            return cur
+        shorter = shorten_tail(ctx, prop, cur, deadline=deadline)
         if shorter is None:
             return cur
         cur = shorter
 
 
 def shorten_tail(ctx: Ctx, prop: Property, steps: Sequence[Step],
-                 depth: int = TAIL_DEPTH, budget: int = TAIL_BUDGET
-                 ) -> Optional[Tuple[Step, ...]]:
+                 depth: int = TAIL_DEPTH, budget: int = TAIL_BUDGET,
+                 deadline: Optional[float] = None) -> Optional[Tuple[Step, ...]]:
     """A shorter trace that keeps a prefix of ``steps`` and ends differently,
     or None. Deleting steps cannot turn "the decode side answers 200" (three
     steps) into "the prefill side answers 200" (one other step); a
@@ -543,7 +550,7 @@ def shorten_tail(ctx: Ctx, prop: Property, steps: Sequence[Step],
     for step in steps[:-1]:
         states.append(apply(ctx, states[-1], step)[0])
     for i in range(max(0, len(steps) - 1 - depth), len(steps)):
-        tail = _shortest_hit(ctx, prop, states[i], len(steps) - 1 - i, budget)
+        tail = _shortest_hit(ctx, prop, states[i], len(steps) - 1 - i, budget, deadline)
         if tail is not None:
             return tuple(steps[:i]) + tail
     return None
@@ -556,13 +563,14 @@ def _symmetric_search(ctx: Ctx) -> bool:
 
 
 def _shortest_hit(ctx: Ctx, prop: Property, s0, max_len: int,
-                  budget: int) -> Optional[Tuple[Step, ...]]:
+                  budget: int, deadline: Optional[float] = None) -> Optional[Tuple[Step, ...]]:
     """Breadth-first: the shortest steps from ``s0`` (at most ``max_len``)
     that hit ``prop``; None if there are none or the budget runs out.  States
     are told apart up to symmetry, as in the exhaustive checker (the paths
     stay concrete: each is extended from a real state), within the exhaustive
     checker's bounds; beyond them canonical forms cost more than they save
-    (they try every order of tied requests and every rank relabelling)."""
+    (they try every order of tied requests and every rank relabelling).
+    None too once ``deadline`` has passed (checked every 256 states)."""
     if _symmetric_search(ctx):
         classes = symmetry_classes(ctx.scenario)
         ranks, pranks = ctx.scenario.decode.ranks, ctx.scenario.prefill.ranks
@@ -584,6 +592,9 @@ def _shortest_hit(ctx: Ctx, prop: Property, s0, max_len: int,
                 k = key(nxt)
                 if k not in seen:
                     if len(seen) >= budget:
+                        return None
+                    if (deadline is not None and not len(seen) % 256
+                            and time.monotonic() >= deadline):
                         return None
                     seen.add(k)
                     nxt_frontier.append((nxt, path + (step,)))
@@ -640,7 +651,11 @@ CHUNK = 25
 
 
 def _chunk_seed(release: Release, scenario: Scenario, prop: Property, k: int) -> int:
-    digest = hashlib.sha256(f"{release.name}|{scenario.name}|{prop.name}|{k}".encode())
+    return _seed(release, scenario, prop.name, k)
+
+
+def _seed(release: Release, scenario: Scenario, label: str, k: int) -> int:
+    digest = hashlib.sha256(f"{release.name}|{scenario.name}|{label}|{k}".encode())
     return int.from_bytes(digest.digest()[:8], "big")
 
 
@@ -693,6 +708,64 @@ def check_property(release: Release, scenario: Scenario, prop: Property,
     verdict = "holds" if prop.kind == Kind.SOMETIMES else "violated"
     return HypoVerdict(Verdict(prop.name, prop.kind, verdict, trace), stats.examples,
                        stats.steps, len(found.steps), seconds, stats.runs)
+
+
+def check_together(release: Release, scenario: Scenario, props: Sequence[Property],
+                   profile: str, deadline: float,
+                   on_chunk: Optional[Callable[[Stats, int], None]] = None
+                   ) -> Dict[str, HypoVerdict]:
+    """A budgeted search for every property of ``props`` at once (``reqmodel
+    check --engine hypothesis`` with a time budget): each run checks all the
+    properties not found yet, so a sample serves them all instead of one.
+    A find is minimised and its property leaves the search, which goes on
+    for the others with the profile's examples anew (as
+    :func:`find_in_drawn`), until none is left or the deadline. Chunks are
+    seeded from the cell and their index. ``on_chunk(stats, open)`` after
+    each, with the number of properties still searched for. Without a budget the engine keeps
+    one search per property (the pinned ``ci`` table)."""
+    ctx = Ctx(release=release, scenario=scenario)
+    remaining = [p for p in props if p.applies(release, scenario)]
+    out: Dict[str, HypoVerdict] = {
+        p.name: HypoVerdict(Verdict(p.name, p.kind, "not-applicable"), 0, 0, None, 0.0)
+        for p in props if not p.applies(release, scenario)}
+    stats = Stats()
+    total, k, since_find = PROFILES[profile]["max_examples"], 0, 0
+    t0 = time.perf_counter()
+    cut = False
+    while remaining and since_find < total:
+        if time.monotonic() >= deadline:
+            cut = True
+            break
+        before = stats.examples
+        M = machine(release, scenario, remaining, stats)
+        M._hypothesis_internal_use_seed = _seed(release, scenario, "together", k)
+        chunk = settings(profile_settings(profile, database=False), derandomize=False,
+                         max_examples=min(CHUNK, total - since_find))
+        k += 1
+        try:
+            run(M, chunk)
+        except Violation as v:
+            p = next(q for q in remaining if q.name == v.prop)
+            # a second at least, the budget's share when there is more
+            steps = minimise(ctx, p, v.steps, max(deadline, time.monotonic() + 1.0))
+            good = "holds" if p.kind == Kind.SOMETIMES else "violated"
+            out[p.name] = HypoVerdict(Verdict(p.name, p.kind, good, _trace(ctx, p, steps)),
+                                      stats.examples, stats.steps, len(v.steps),
+                                      time.perf_counter() - t0, stats.runs)
+            remaining = [q for q in remaining if q.name != p.name]
+            since_find = 0
+            continue
+        finally:
+            if on_chunk is not None:
+                on_chunk(stats, len(remaining))
+        since_find += stats.examples - before
+        if stats.examples == before:  # nothing left to draw
+            break
+    for p in remaining:
+        none = "violated" if p.kind == Kind.SOMETIMES else "holds"
+        out[p.name] = HypoVerdict(Verdict(p.name, p.kind, none), stats.examples, stats.steps,
+                                  None, time.perf_counter() - t0, stats.runs, cut)
+    return out
 
 
 def _trace(ctx: Ctx, prop: Property, steps: Sequence[Step]) -> Trace:
