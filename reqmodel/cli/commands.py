@@ -219,6 +219,8 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
                            sc_mod.large_names() if engine == "hypothesis" else (sc_mod.DEFAULT,))
     props = props_mod.select(prop_names)
     console = Console(stderr=True)
+    if engine == "exhaustive":
+        _size_check(scenarios, max_states, console, quiet=as_json)
 
     def progress(sc, rel, pair):
         if as_json:
@@ -299,6 +301,24 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
     if len(scenarios) > 1 or len(releases) > 1:
         for name, counts in summary.items():
             stdout.print(_summary_line(name, counts, len(scenarios)), highlight=False)
+
+
+def _size_check(scenarios, max_states: int, console: Console, quiet: bool) -> None:
+    """Before any work: refuse a scenario whose estimated states exceed
+    --max-states even at the estimate's low end; say the estimate of a
+    scenario that is not built in (a built-in one's is measured)."""
+    from reqmodel.engines.estimate import estimate
+    builtin = set(sc_mod.builtin_names())
+    for sc in scenarios:
+        est = estimate(sc)
+        if est.low > max_states:
+            raise UserError(
+                f"scenario {messages.short(sc.name)}: {est.describe()}, more than --max-states "
+                f"{max_states:,} even at the low end: use fewer requests, events or ranks, or "
+                "--engine hypothesis")
+        if sc.name not in builtin and not quiet:
+            console.print(f"[dim]{escape(sc.name)}: {escape(est.describe())}; the search "
+                          f"stops at --max-states {max_states:,}[/]", highlight=False)
 
 
 class _LiveStatus:

@@ -369,15 +369,23 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
             raise ScenarioError(
                 'options.transfer_queues = "per-request" needs [prefill] pool_pages of at least '
                 f"the prompts' sum ({sum(sc.prompt_pages)}): each prefill instance has its own pool")
-    weight = sum(p + 3 for p in sc.prompt_pages) + sum(
-        2 * len(targets) for targets in attrs.astuple(ev, recurse=False)) + (
-        3 * (decode.ranks - 1 + prefill.ranks - 1) * len(prompts))
+    weight = size(sc)
     if bounds.size_check and weight > MAX_WEIGHT + 2 * len(prompts):
         raise ScenarioError(
             f"scenario {_short(name)} is too large for exhaustive search on this machine "
             f"(size {weight}; at most {MAX_WEIGHT + 2 * len(prompts)}): use fewer requests, "
             "shorter prompts or fewer events")
     return sc
+
+
+def size(sc: Scenario) -> int:
+    """The scenario's size, a rough measure of its product space: per request
+    its prompt pages + 3, two per event target, three per request for each
+    rank beyond the first. The size guard (MAX_WEIGHT) and the exhaustive
+    engine's estimate (``engines.estimate``) read it."""
+    return sum(p + 3 for p in sc.prompt_pages) + sum(
+        2 * len(targets) for targets in attrs.astuple(sc.events, recurse=False)) + (
+        3 * (sc.decode.ranks - 1 + sc.prefill.ranks - 1) * sc.n)
 
 
 def to_dict(sc: Scenario) -> Dict[str, Any]:
