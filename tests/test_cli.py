@@ -403,3 +403,24 @@ def test_the_hypothesis_engine_defaults_to_the_scenarios_only_it_answers(tmp_pat
     for x in found:
         rr = run("replay", x["trace_file"], "--json", cwd=tmp_path)
         assert rr.returncode == 0 and json.loads(rr.stdout)["violated"] is True, rr.stderr
+
+
+def test_shell_completion_names_commands_and_built_in_names(tmp_path):
+    """The README's completion line: click's script, and the names the
+    options take completed within a comma list."""
+    import os
+
+    def complete(words, cword):
+        env = dict(os.environ, COMP_WORDS=words, COMP_CWORD=str(cword),
+                   _REQMODEL_COMPLETE="bash_complete")
+        r = subprocess.run([sys.executable, "-c", "from reqmodel.cli import main; main()"],
+                           env=env, capture_output=True, text=True, cwd=tmp_path)
+        return [line.split(",", 1)[1] for line in r.stdout.splitlines()]
+    assert complete("reqmodel ch", 1) == ["check"]
+    assert "incident,room-reuse-five" in complete("reqmodel check --scenario incident,room", 3)
+    assert complete("reqmodel check --release 0.5.2", 3) == [f"0.5.2{i}" for i in range(4)]
+    assert complete("reqmodel check --property no-liv", 3) == ["no-livelock"]
+    env = dict(os.environ, _REQMODEL_COMPLETE="bash_source")
+    script = subprocess.run([sys.executable, "-c", "from reqmodel.cli import main; main()"],
+                            env=env, capture_output=True, text=True, cwd=tmp_path).stdout
+    assert "_reqmodel_completion" in script

@@ -42,6 +42,27 @@ _USER_ERRORS = (UserError, sc_mod.ScenarioError, rel_mod.ReleaseError,
                 output.OutputError)
 
 
+def _complete(options, incomplete: str):
+    """Shell completion of one item of a comma list (click's own completion,
+    README "Set up")."""
+    from click.shell_completion import CompletionItem
+    head, _, last = incomplete.rpartition(",")
+    prefix = head + "," if head else ""
+    return [CompletionItem(prefix + o) for o in options if o.startswith(last)]
+
+
+def _complete_scenario(ctx, param, incomplete):
+    return _complete(("all", "large") + sc_mod.builtin_names() + sc_mod.large_names(), incomplete)
+
+
+def _complete_release(ctx, param, incomplete):
+    return _complete(("all",) + tuple(rel_mod.NAMES), incomplete)
+
+
+def _complete_property(ctx, param, incomplete):
+    return _complete(tuple(props_mod.CATALOG), incomplete)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="reqmodel")
 def cli() -> None:
@@ -145,14 +166,15 @@ def _cell(r) -> str:
 
 @cli.command()
 @click.option("--release", "release", default="all", show_default=True,
+              shell_complete=_complete_release,
               help="A release (0.5.19 ... 0.5.23), a comma-separated list, or 'all'.")
-@click.option("--scenario", "scenario_names", multiple=True,
+@click.option("--scenario", "scenario_names", multiple=True, shell_complete=_complete_scenario,
               help="A built-in scenario, a comma list of them, 'all' (every built-in one "
                    "the exhaustive engine answers) or 'large' (those beyond it) (repeatable; "
                    "default: incident; with --engine hypothesis: large).")
 @click.option("--scenario-file", "scenario_files", multiple=True,
               type=click.Path(dir_okay=False), help="A scenario TOML file.")
-@click.option("--property", "prop_names", multiple=True,
+@click.option("--property", "prop_names", multiple=True, shell_complete=_complete_property,
               help="Check only this property (repeatable; default: the whole catalog).")
 @click.option("--engine", type=click.Choice(list(ENGINES)),
               default="exhaustive", show_default=True, help="Checking engine.")
@@ -378,8 +400,9 @@ def _summary_line(release: str, counts: Dict[str, int], scenarios: int) -> str:
 
 @cli.command("report")
 @click.option("--release", "release", default="all", show_default=True,
+              shell_complete=_complete_release,
               help="Release name(s), comma-separated, or 'all'.")
-@click.option("--scenario", "scenario_names", multiple=True,
+@click.option("--scenario", "scenario_names", multiple=True, shell_complete=_complete_scenario,
               help="A built-in scenario, a comma list of them, or 'all' (repeatable; "
                    "default: all).")
 @click.option("--out", "out", type=click.Path(file_okay=False), default="reqmodel-report",
@@ -413,7 +436,7 @@ def report_cmd(release, scenario_names, out, max_states, workers) -> None:
 
 
 @cli.command("audit")
-@click.option("--release", "release", required=True,
+@click.option("--release", "release", required=True, shell_complete=_complete_release,
               help="The release the deployment runs (0.5.19 ... 0.5.23).")
 @click.option("--prefill-args", "prefill_args", multiple=True, required=True, metavar="ARGS",
               help="The prefill server's flags, as passed to sglang (one quoted string).")
@@ -677,7 +700,7 @@ def guard_points_cmd() -> None:
 
 @guard_group.command("check")
 @click.argument("proposal_file", type=click.Path(dir_okay=False))
-@click.option("--scenario", "scenario_names", multiple=True,
+@click.option("--scenario", "scenario_names", multiple=True, shell_complete=_complete_scenario,
               help="A built-in scenario, a comma list of them, or 'all' (repeatable; default: "
                    "every built-in one).")
 @click.option("--scenario-file", "scenario_files", multiple=True,
@@ -825,7 +848,7 @@ def _change_line(counts: Dict[str, int], scenarios: int) -> str:
 @guard_group.command("diff")
 @click.argument("a")
 @click.argument("b")
-@click.option("--scenario", "scenario_names", multiple=True,
+@click.option("--scenario", "scenario_names", multiple=True, shell_complete=_complete_scenario,
               help="A built-in scenario (or a comma list) for the reachability column "
                    "(repeatable; default: every built-in one).")
 @click.option("--no-reach", is_flag=True, help="Skip the reachability column (Z3 only: seconds).")
@@ -1023,6 +1046,7 @@ def releases_cmd(as_json) -> None:
 
 @cli.command("conform")
 @click.option("--release", "release", default="all", show_default=True,
+              shell_complete=_complete_release,
               help="The SGLang release whose code runs: a release, a list, or 'all'.")
 @click.option("--model-release", "model_release", default=None,
               help="Predict with this release's model instead of the same release's "
