@@ -101,6 +101,19 @@ SLOW = (
     "tests/test_prefill_tp.py::test_a_stale_report_completes_the_later_requests_response_count",
     "tests/test_audit.py::test_auto_truncate_",
     "tests/test_audit.py::test_checksum_across_layouts",
+    # the second cut (#28's last stop, a quiet-machine run of the default
+    # tier: 334 s with the new tests): the tool's tests over 8 s each
+    "tests/test_guard.py::test_a_proposal_checked_by_z3_gets_the_exhaustive_engines_changes",
+    "tests/test_cli.py::test_hypothesis_returns_within_its_budget_and_says_what_it_searched",
+    "tests/test_cli.py::test_progress_is_shown_on_a_terminal_only",
+    "tests/test_audit.py::test_0_5_20_mooncake_without_deferred_release_fails_lifetime",
+    "tests/test_readme.py::test_the_audit_section_states_what_the_audit_prints",
+    "tests/test_channels.py::test_the_in_flight_reuse_read_needs_two_transfer_workers",
+    "tests/test_symbolic.py::test_an_equivalent_rewrite_is_equivalent_and_a_changed_one_is_not",
+    "tests/test_hypo.py::test_a_budgeted_search_for_every_property_at_once",
+    "tests/test_rooms.py::test_an_ack_sent_before_a_queued_chunk_frees_the_page_it_lands_in",
+    "tests/test_rooms.py::test_a_client_abort_opens_the_popped_room_on_every_release_that_defers",
+    "tests/test_explore.py::test_rank_symmetry_merges_states[prefill-tp-failure-0.5.19",
 )
 
 

@@ -8,7 +8,13 @@ It measures the schedules (``draw_schedule``, ``enabled_map``) on their own,
 without Hypothesis's draw biases or budget, so two versions of the
 scheduler can be compared on the rare orderings.  Usage::
 
-    python benchmarks/run_rates.py --runs 5000 [--seed 1] PROP SCENARIO RELEASE [...]
+    python benchmarks/run_rates.py --runs 5000 [--seed 1] [--swarm] PROP SCENARIO RELEASE [...]
+    python benchmarks/run_rates.py --missed [--swarm]   # every cell the ci profile misses
+
+``--swarm``: swarm testing over event families: each run first switches off
+each of the scenario's event families (client abort, retraction, transfer
+failure, ...) with probability one half, so its events never fire in that
+run, then draws its schedule as the engine does.
 """
 import argparse
 import random
@@ -18,6 +24,19 @@ from reqmodel.engines.hypothesis import engine as hypo
 from reqmodel.model import properties
 from reqmodel.model import releases
 from reqmodel.model import scenario
+from reqmodel.model.actions import ACTIONS
+
+
+def swarm(draw):
+    """``draw_schedule`` with swarm testing over event families."""
+    flag = {a.name: a.event_flag for a in ACTIONS if a.event_flag is not None}
+
+    def drawn(rnd, sc):
+        timers, rank, delayed = draw(rnd, sc)
+        families = sorted({flag[a] for a, _ in timers})
+        off = {f for f in families if rnd.random() < 0.5}
+        return {k: t for k, t in timers.items() if flag[k[0]] not in off}, rank, delayed
+    return drawn
 
 
 def rate(prop: str, sc: str, rel: str, runs: int, seed: int):
@@ -48,9 +67,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("cells", nargs="+", help="PROP SCENARIO RELEASE triples")
+    ap.add_argument("--swarm", action="store_true", help="swarm over event families")
+    ap.add_argument("--missed", action="store_true",
+                    help="every cell properties/test_hypothesis.py lists as missed by ci")
+    ap.add_argument("cells", nargs="*", help="PROP SCENARIO RELEASE triples")
     args = ap.parse_args()
-    if len(args.cells) % 3:
+    if args.swarm:
+        hypo.draw_schedule = swarm(hypo.draw_schedule)
+    if args.missed:
+        import pathlib
+        import sys
+        sys.path.insert(0, str(pathlib.Path(__file__).parent.parent / "properties"))
+        from test_hypothesis import NOT_FOUND_BY_CI
+        args.cells = [x for cell in sorted(NOT_FOUND_BY_CI) for x in cell]
+    if len(args.cells) % 3 or not args.cells:
         ap.error("cells come in PROP SCENARIO RELEASE triples")
     print("| property | scenario | release | runs | hits | rate | steps/s |")
     print("|---|---|---|---:|---:|---:|---:|")

@@ -332,6 +332,9 @@ def _size_check(scenarios, max_states: int, console: Console, quiet: bool) -> No
     from reqmodel.engines.estimate import estimate
     builtin = set(sc_mod.builtin_names())
     for sc in scenarios:
+        refusal = sc_mod.exhaustive_refusal(sc)
+        if refusal is not None:  # a large built-in scenario
+            raise UserError(f"{refusal}; --engine hypothesis answers it")
         est = estimate(sc)
         if est.low > max_states:
             raise UserError(
