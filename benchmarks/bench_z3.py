@@ -32,9 +32,10 @@ def one(release: str, scenario_name: str, depth: int, log: bool, seconds=None) -
     props = [p for p in properties.CATALOG.values() if p.applies(rel, sc)]
     t0 = time.perf_counter()
 
-    def show(k, n, c):
+    def show(k, n, c, answered):
         if log:
-            print(f"  depth {k}: {n} refinements, {c} clauses, {time.perf_counter() - t0:.1f} s",
+            print(f"  depth {k}: {n} refinements, {c} clauses, {answered} answered, "
+                  f"{time.perf_counter() - t0:.1f} s",
                   file=sys.stderr, flush=True)
 
     res = bmc.run(rel, sc, props, depth, log=show, seconds=seconds)

@@ -264,7 +264,8 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
     live = _LiveStatus(console, enabled=not as_json)
     options = {"exhaustive": dict(max_states=max_states, workers=workers),
                "hypothesis": dict(profile=hprofile, budget=budget, progress=live.hypothesis),
-               "z3": dict(depth=depth, max_net=max_net, budget=budget)}[engine]
+               "z3": dict(depth=depth, max_net=max_net, budget=budget,
+                          progress=live.z3)}[engine]
     checker = ENGINES[engine](**options)
     try:
         with live, exhaustive_mod.reporting(live.exhaustive):
@@ -347,8 +348,10 @@ def _size_check(scenarios, max_states: int, console: Console, quiet: bool) -> No
 
 
 class _LiveStatus:
-    """One status line on a terminal's stderr while a budgeted engine runs
-    (examples so far, the cell, time left); nothing elsewhere."""
+    """One status line on a terminal's stderr while an engine runs (the
+    exhaustive one's states, depth, frontier and rate; Hypothesis's examples,
+    cell and time left; Z3's depth, answered and open properties and time
+    left); nothing elsewhere."""
 
     def __init__(self, console: Console, enabled: bool) -> None:
         self.console = console
@@ -373,6 +376,13 @@ class _LiveStatus:
             self.live.update(f"[dim]exhaustive: {info['states']:,} states, depth "
                              f"{info['depth']}, frontier {info['frontier']:,}, "
                              f"{rate:,.0f} states/s[/]")
+
+    def z3(self, info: Dict) -> None:
+        if self.live is not None:
+            left = "" if info["left"] is None else f"; {info['left']:.0f} s left"
+            self.live.update(f"[dim]z3: {escape(info['scenario'])} on {info['release']}, depth "
+                             f"{info['depth']} of {info['max_depth']}, {info['answered']} "
+                             f"answered, {info['open']} open{left}[/]")
 
     def hypothesis(self, info: Dict) -> None:
         if self.live is not None:

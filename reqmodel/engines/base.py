@@ -251,10 +251,13 @@ class Z3:
     MAX_DEPTH = 60
 
     def __init__(self, depth: int = DEFAULT_DEPTH, max_net: int = 8,
-                 seconds: Optional[float] = None, budget: Optional[Budget] = None) -> None:
+                 seconds: Optional[float] = None, budget: Optional[Budget] = None,
+                 progress: Optional[Callable[[Dict], None]] = None) -> None:
         """``seconds``: a limit per release x scenario; ``budget``: one for
-        the whole command, shared out over its pairs."""
+        the whole command, shared out over its pairs; ``progress(info)`` as
+        each depth is learned and searched."""
         self.depth, self.max_net, self.seconds, self.budget = depth, max_net, seconds, budget
+        self.progress = progress
 
     def check(self, release: Release, scenario: Scenario,
               props: Sequence[Property]) -> List[Result]:
@@ -270,8 +273,15 @@ class Z3:
             seconds = self.seconds
             if self.budget is not None and applicable:
                 seconds = max(0.0, self.budget.next_deadline() - time.monotonic())
+            log = None
+            if self.progress is not None:
+                def log(k, refinements, paths, answered):
+                    self.progress({"release": release.name, "scenario": scenario.name,
+                                   "depth": k, "max_depth": self.depth, "answered": answered,
+                                   "open": len(applicable) - answered, "paths": paths,
+                                   "left": None if self.budget is None else self.budget.left()})
             res = (bmc.run(release, scenario, applicable, self.depth, max_net=self.max_net,
-                           seconds=seconds) if applicable else {})
+                           seconds=seconds, log=log) if applicable else {})
         except action_paths.NetBound as e:
             raise NetBoundError(str(e)) from None
         except bmc.TooManyPaths as e:

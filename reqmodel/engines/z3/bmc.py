@@ -276,7 +276,8 @@ def run(release: Release, scenario: Scenario, props: Sequence[Property], depth: 
     property and the shortest path to each reachability property's good
     state, up to ``depth`` steps (or until ``seconds`` have passed at the end
     of a depth).  The properties share one learned relation and one
-    unrolling.
+    unrolling. ``log(k, refinements, learned paths, answered)`` is called as
+    depth ``k`` is learned and when it is searched.
 
     After each depth ``k`` the engine also asks for a *simple* path of ``k``
     steps (no state twice).  When there is none, every reachable state is
@@ -316,7 +317,7 @@ def run(release: Release, scenario: Scenario, props: Sequence[Property], depth: 
             refinements += learned
             u = Unrolling(rel, v0, k - 1)
             if log:
-                log(k, refinements, len(rel.enabled))
+                log(k, refinements, len(rel.enabled), len(results))
         u.extend()
         # ... and the state predicates on every state k steps away (what this
         # learns at those states are paths out of them: the steps up to k stand)
@@ -348,7 +349,7 @@ def run(release: Release, scenario: Scenario, props: Sequence[Property], depth: 
                     if p.name not in results:
                         done(p, "unreachable" if p.kind == Kind.SOMETIMES else "proved", k)
         if log:
-            log(k, refinements, len(rel.enabled))
+            log(k, refinements, len(rel.enabled), len(results))
         searched = k
         if seconds is not None and time.time() - t0 > seconds:
             break
