@@ -34,3 +34,12 @@ def test_bench_explore_with_workers_finds_the_same_states_and_verdicts():
     (row,) = [json.loads(line) for line in out.stdout.splitlines()]
     assert row["same"] is True and row["states"] == 480
     assert row["parallel"]["seconds"] > 0 and row["speedup"] > 0
+
+
+def test_memory_benchmark_measures_each_mode():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "memory.py"),
+                          "--scenario", "incident", "--release", "0.5.19"],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    row = out.splitlines()[-1].split("|")
+    assert row[1].strip() == "incident" and row[3].strip() == "1,010"
+    assert len(row) == 8  # states, fingerprints and graph columns

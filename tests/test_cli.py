@@ -432,3 +432,25 @@ def test_shell_completion_names_commands_and_built_in_names(tmp_path):
     script = subprocess.run([sys.executable, "-c", "from reqmodel.cli import main; main()"],
                             env=env, capture_output=True, text=True, cwd=tmp_path).stdout
     assert "_reqmodel_completion" in script
+
+
+def test_check_with_fingerprints(tmp_path):
+    """--fingerprints: the same safety verdicts and traces as the full
+    search; the liveness properties in their deadlock forms, with a note
+    that says how to get the whole property; one process only."""
+    def cells(*extra):
+        r = run("check", "--release", "0.5.19", "--json", "--workers", "1", "--out", "o",
+                *extra, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        return {x["property"]: x for x in json.loads(r.stdout)["results"]}
+    full, fp = cells(), cells("--fingerprints")
+    from reqmodel.model.properties import CATALOG
+    for name, x in full.items():
+        if CATALOG[name].kind.on_graph:
+            assert fp[name]["verdict"] in ("violated", "not-applicable"), name
+        else:
+            assert (fp[name]["verdict"], fp[name]["trace_length"]) == (
+                x["verdict"], x["trace_length"]), name
+    assert "check without --fingerprints" in fp["no-livelock"]["note"]
+    r = run("check", "--fingerprints", "--workers", "2", cwd=tmp_path)
+    assert r.returncode == 2 and "one process" in r.stderr

@@ -315,3 +315,33 @@ def test_replay_reports_the_first_disabled_step():
     # on 0.5.21 the prefill door retires request 0, so its bootstrap cannot happen
     assert disabled is not None
     assert trace.steps[disabled].rid == 0
+
+
+SAFETY = [p for p in properties.CATALOG.values() if not p.kind.on_graph]
+
+
+@pytest.mark.parametrize("name,release", [
+    ("incident", "0.5.19"), ("room-reuse", "0.5.22"), ("prefill-tp", "0.5.19"),
+    ("two-rank-abort", "0.5.21"), ("late-result-unit", "0.5.19")])
+@pytest.mark.parametrize("stop_early", [True, False])
+def test_fingerprints_give_the_same_search(name, release, stop_early):
+    """The fingerprint set (hashes instead of states, parents without steps)
+    explores the same states and edges and gives every verdict with the same
+    trace, step for step."""
+    rel, sc = releases.get(release), scenario.builtin(name)
+    a = explore.explore(rel, sc, SAFETY, stop_early=stop_early, keep_graph=False)
+    b = explore.explore(rel, sc, SAFETY, stop_early=stop_early, keep_graph=False,
+                        fingerprints=True)
+    assert (a.states, a.edges, a.depth, a.complete, a.fired, a.emitted) == (
+        b.states, b.edges, b.depth, b.complete, b.fired, b.emitted)
+    assert a.verdicts == b.verdicts and b.state_of is None
+
+
+def test_fingerprints_keep_no_states_and_refuse_what_needs_them():
+    rel, sc = releases.get("0.5.19"), scenario.builtin("incident")
+    for kw in (dict(keep_graph=True), dict(keep_graph=False, keep_states=True)):
+        with pytest.raises(ValueError):
+            explore.explore(rel, sc, SAFETY, fingerprints=True, **kw)
+    with pytest.raises(ValueError):  # a liveness property needs the graph
+        explore.explore(rel, sc, list(properties.CATALOG.values()), keep_graph=False,
+                        fingerprints=True)

@@ -203,10 +203,14 @@ def _cell(r) -> str:
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="exhaustive: worker processes for a large search (default: "
                    "$REQMODEL_WORKERS, else every core); the answer is the same.")
+@click.option("--fingerprints", is_flag=True,
+              help="exhaustive: keep a 64-bit fingerprint of each visited state instead of "
+                   "the state (about a third of the memory, one process); the liveness "
+                   "properties are then checked in their deadlock forms only.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3_seconds,
           per_release, no_budget, max_net, hprofile, out, witnesses, max_states, workers,
-          as_json) -> None:
+          fingerprints, as_json) -> None:
     """Check properties on releases and scenarios; write counterexamples.
 
     Exit status 0 when the check ran, whatever the verdicts; 2 on bad input.
@@ -223,9 +227,11 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
         raise UserError("--no-budget takes no --seconds or --per-release")
     if z3_seconds is not None and z3_seconds <= 0:
         raise UserError("--seconds must be positive")
-    if engine != "exhaustive" and workers is not None:
-        raise UserError("--workers is for --engine exhaustive")
-    workers = _workers(workers)
+    if engine != "exhaustive" and (workers is not None or fingerprints):
+        raise UserError("--workers and --fingerprints are for --engine exhaustive")
+    if fingerprints and workers is not None and workers > 1:
+        raise UserError("--fingerprints runs in one process: drop --workers")
+    workers = 1 if fingerprints else _workers(workers)
     if engine == "z3":
         depth = Z3_DEFAULT_DEPTH if depth is None else depth
         if not 1 <= depth <= Z3_MAX_DEPTH:
@@ -262,7 +268,8 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
         # for a pair's properties together)
         budget = Budget(seconds, len(releases) * len(scenarios))
     live = _LiveStatus(console, enabled=not as_json)
-    options = {"exhaustive": dict(max_states=max_states, workers=workers),
+    options = {"exhaustive": dict(max_states=max_states, workers=workers,
+                                  fingerprints=fingerprints),
                "hypothesis": dict(profile=hprofile, budget=budget, progress=live.hypothesis),
                "z3": dict(depth=depth, max_net=max_net, budget=budget,
                           progress=live.z3)}[engine]

@@ -102,9 +102,14 @@ class Exhaustive:
 
     name = "exhaustive"
 
-    def __init__(self, max_states: int = DEFAULT_MAX_STATES, workers: int = 1) -> None:
+    def __init__(self, max_states: int = DEFAULT_MAX_STATES, workers: int = 1,
+                 fingerprints: bool = False) -> None:
         self.max_states = max_states
         self.workers = workers  # processes (``engines.parallel``); the answer is the same
+        # the visited set as 64-bit fingerprints (one process): the graph
+        # properties are then checked in their deadlock forms, as by the
+        # engines that see no graph
+        self.fingerprints = fingerprints
 
     def check(self, release: Release, scenario: Scenario,
               props: Sequence[Property]) -> List[Result]:
@@ -112,8 +117,18 @@ class Exhaustive:
         refusal = exhaustive_refusal(scenario)
         if refusal is not None:  # a large built-in scenario, loaded with the sampled bounds
             raise EngineInputError(f"{refusal}; --engine hypothesis answers it")
+        if self.fingerprints:
+            out = partial_forms(self, release, scenario, props,
+                                lambda ps: self._check(release, scenario, ps))
+            return [attrs.evolve(r, note=r.note.replace("use the exhaustive engine",
+                                                        "check without --fingerprints"))
+                    if r.note else r for r in out]
+        return self._check(release, scenario, props)
+
+    def _check(self, release: Release, scenario: Scenario,
+               props: Sequence[Property]) -> List[Result]:
         ex = explore(release, scenario, props, max_states=self.max_states, keep_graph=False,
-                     workers=self.workers)
+                     workers=self.workers, fingerprints=self.fingerprints)
         return [Result(release.name, scenario.name, p.name, p.kind, Answer(v.verdict),
                        None, ex.states, ex.seconds, self.name, trace=v.trace)
                 for p in props for v in (ex.verdicts[p.name],)]

@@ -15,6 +15,7 @@ concrete, replayable steps (``concretize``).
 """
 from __future__ import annotations
 
+import array
 import collections
 import contextlib
 import gc
@@ -212,7 +213,8 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
             max_states: int = DEFAULT_MAX_STATES, stop_early: bool = True,
             keep_graph: bool = True, symmetry: bool = True,
             edge_events: bool = False, keep_states: bool = False,
-            workers: int = 1, fork_at: Optional[int] = None) -> Exploration:
+            workers: int = 1, fork_at: Optional[int] = None,
+            fingerprints: bool = False) -> Exploration:
     """Explore the reachable states of ``scenario`` under ``release``.
 
     With ``stop_early`` the search ends once every property has a verdict that
@@ -225,21 +227,32 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     With ``workers`` > 1 and no graph, the search goes on over that many
     processes (``engines.parallel``) from the first level that holds
     ``fork_at`` states (default ``parallel.FORK_AT``), with the same result.
+    With ``fingerprints`` the visited set keeps a 64-bit fingerprint of each
+    canonical state (its hash) instead of the state, and only the frontier's
+    states are held (TLC's fingerprint set; one process): a fraction of the
+    memory, for safety and reachability properties (the graph properties
+    need the states: refused here). Two states with one fingerprint would
+    make the second look visited; at a million states the chance of any such
+    pair is about 1 in 10 million (n^2 / 2^65).
     """
+    if fingerprints and (keep_graph or keep_states or any(
+            p.kind.on_graph and p.applies(release, scenario) for p in props)):
+        raise ValueError("fingerprints keep no states: no graph, no states kept, "
+                         "no graph properties")
     switch = None
-    if workers > 1 and not keep_graph:
+    if workers > 1 and not keep_graph and not fingerprints:
         from reqmodel.engines import parallel
         at = parallel.FORK_AT if fork_at is None else fork_at
         switch = (at, lambda pre: parallel.resume(pre, workers, max_states, stop_early,
                                                   keep_states))
     with paused_gc():
         return _explore(release, scenario, props, max_states, stop_early, keep_graph, symmetry,
-                        edge_events, keep_states, switch)
+                        edge_events, keep_states, switch, fingerprints)
 
 
 def _explore(release: Release, scenario: Scenario, props: Sequence[Property], max_states: int,
              stop_early: bool, keep_graph: bool, symmetry: bool, edge_events: bool,
-             keep_states: bool, switch) -> Exploration:
+             keep_states: bool, switch, fingerprints: bool = False) -> Exploration:
     ctx = Ctx(release=release, scenario=scenario)
     applicable = [p for p in props if p.applies(release, scenario)]
     graph_props = [p for p in applicable if p.kind.on_graph]
@@ -251,10 +264,21 @@ def _explore(release: Release, scenario: Scenario, props: Sequence[Property], ma
     found: Dict[str, Tuple] = {}  # name -> ("state", id) | ("transition", u, step) | ("reached", id)
 
     init = intern(canon(initial_state(scenario)))
+    # with fingerprints, ``ids`` and ``states`` hold the states' hashes and
+    # ``frontier`` the states still to expand; otherwise the states themselves
     ids: Dict[State, int] = {init: 0}
-    states: List[State] = [init]
+    states: List[State] = [init]  # by id
     parent: List[Tuple[int, Optional[Step]]] = [(-1, None)]
     depth: List[int] = [0]
+    frontier: Optional[Dict[int, State]] = None
+    if fingerprints:
+        # the visited set holds the states' hashes, ``states`` (by id) their
+        # hashes too, ``parent`` the parent's id (a trace's steps are found
+        # again by ``concretize``), and ``frontier`` the states to expand
+        seen = {hash(init)}
+        states, parent, depth = array.array("q", [hash(init)]), array.array("q", [-1]), \
+            array.array("l", [0])
+        frontier = {0: init}
     graph = nx.DiGraph() if keep_graph else None
     if graph is not None:
         graph.add_node(0)
@@ -282,7 +306,7 @@ def _explore(release: Release, scenario: Scenario, props: Sequence[Property], ma
                     ctx, props, applicable, checks, canon, intern, ids, states, parent, depth,
                     found, fired, emitted, edges, ledges, t0))
         u = queue.popleft()
-        s = states[u]
+        s = states[u] if frontier is None else frontier.pop(u)
         for step, nxt, evs in successors(ctx, s):
             fired.add(step.action)
             if evs:
@@ -291,19 +315,30 @@ def _explore(release: Release, scenario: Scenario, props: Sequence[Property], ma
                 found[name] = ("transition", u, step)
             # a successor that is already a stored representative is its own
             # canonical form (canonical forms are idempotent): no relabelling
-            v = ids.get(nxt)
-            if v is None:
+            new = None
+            if frontier is None:
+                v = ids.get(nxt)
+                if v is None:
+                    c = canon(nxt)
+                    v = ids.get(c)
+                    if v is None:
+                        new = intern(c)
+                        v = ids[new] = len(states)
+                        states.append(new)
+            elif hash(nxt) not in seen:  # fingerprints (no edges are kept: no id needed)
                 c = canon(nxt)
-                v = ids.get(c)
-            if v is None:
-                c = intern(c)
-                v = len(states)
-                ids[c] = v
-                states.append(c)
-                parent.append((u, step))
+                h = hash(c)
+                if h not in seen:
+                    seen.add(h)
+                    new = intern(c)
+                    v = len(states)
+                    states.append(h)
+                    frontier[v] = new
+            if new is not None:
+                parent.append((u, step) if frontier is None else u)
                 depth.append(depth[u] + 1)
                 queue.append(v)
-                for name, kind in checks.on_state(c, found):
+                for name, kind in checks.on_state(new, found):
                     found[name] = (kind, v)
                 if len(states) > max_states:
                     raise BoundExceeded.of(max_states, scenario, release)
@@ -321,7 +356,8 @@ def _explore(release: Release, scenario: Scenario, props: Sequence[Property], ma
                     graph.add_edge(u, v, step=step)
     seconds = time.perf_counter() - t0
 
-    verdicts = verdicts_of(ctx, props, applicable, found, states, parent, ledges, canon)
+    verdicts = verdicts_of(ctx, props, applicable, found, states, parent, ledges,
+                           canon if frontier is None else (lambda x: hash(canon(x))))
     return Exploration(release=release, scenario=scenario, verdicts=verdicts,
                        states=len(states), edges=edges, depth=max(depth), seconds=seconds,
                        complete=complete and not queue, graph=graph,
@@ -397,10 +433,13 @@ def _lasso_trace(ctx: Ctx, p: Property, lasso, states, parent, canon, rounds: in
 
 
 def _path(v: int, parent) -> List[int]:
+    """The ids from the initial state to ``v``; ``parent`` holds (parent id,
+    step) pairs, or the parent ids alone (fingerprints)."""
     out = []
     while v != -1:
         out.append(v)
-        v = parent[v][0]
+        p = parent[v]
+        v = p if isinstance(p, int) else p[0]
     return out[::-1]
 
 
