@@ -321,7 +321,7 @@ SAFETY = [p for p in properties.CATALOG.values() if not p.kind.on_graph]
 
 
 @pytest.mark.parametrize("name,release", [
-    ("incident", "0.5.19"), ("room-reuse", "0.5.22"), ("prefill-tp", "0.5.19"),
+    ("incident", "0.5.19"), ("room-reuse-three", "0.5.21"), ("prefill-tp-failure", "0.5.19"),
     ("two-rank-abort", "0.5.21"), ("late-result-unit", "0.5.19")])
 @pytest.mark.parametrize("stop_early", [True, False])
 def test_fingerprints_give_the_same_search(name, release, stop_early):
