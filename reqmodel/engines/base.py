@@ -113,17 +113,14 @@ class Exhaustive:
 
     def check(self, release: Release, scenario: Scenario,
               props: Sequence[Property]) -> List[Result]:
-        from reqmodel.model.scenario import exhaustive_refusal
-        refusal = exhaustive_refusal(scenario)
-        if refusal is not None:  # a large built-in scenario, loaded with the sampled bounds
-            raise EngineInputError(f"{refusal}; --engine hypothesis answers it")
+        refuse_large(scenario)
         if self.fingerprints:
-            out = partial_forms(self, release, scenario, props,
-                                lambda ps: self._check(release, scenario, ps))
-            return [attrs.evolve(r, note=r.note.replace("use the exhaustive engine",
-                                                        "check without --fingerprints"))
-                    if r.note else r for r in out]
+            return partial_forms(self, release, scenario, props,
+                                 lambda ps: self._check(release, scenario, ps))
         return self._check(release, scenario, props)
+
+    # how to check a graph property whole, where it gets its partial form
+    whole_graph = "check without --fingerprints"
 
     def _check(self, release: Release, scenario: Scenario,
                props: Sequence[Property]) -> List[Result]:
@@ -132,6 +129,15 @@ class Exhaustive:
         return [Result(release.name, scenario.name, p.name, p.kind, Answer(v.verdict),
                        None, ex.states, ex.seconds, self.name, trace=v.trace)
                 for p in props for v in (ex.verdicts[p.name],)]
+
+
+def refuse_large(scenario: Scenario) -> None:
+    """One line for a scenario beyond the exhaustive engine's bounds (a large
+    built-in one is loaded with the sampled bounds, so the engine asks again)."""
+    from reqmodel.model.scenario import exhaustive_refusal
+    refusal = exhaustive_refusal(scenario)
+    if refusal is not None:
+        raise EngineInputError(f"{refusal}; --engine hypothesis answers it")
 
 
 def partial_forms(engine, release: Release, scenario: Scenario, props: Sequence[Property], check
@@ -155,7 +161,8 @@ def partial_forms(engine, release: Release, scenario: Scenario, props: Sequence[
         elif r is not None and r.verdict == Answer.VIOLATED:
             out.append(attrs.evolve(r, kind=p.kind, note="its deadlock form is broken"))
         else:
-            note = p.partial_note if p.applies(release, scenario) else None
+            note = (f"{p.partial_note}: {engine.whole_graph}" if p.applies(release, scenario)
+                    else None)
             out.append(Result(release.name, scenario.name, p.name, p.kind, Answer.NOT_APPLICABLE,
                               None, None, 0.0 if r is None else r.seconds, engine.name,
                               note=note))
@@ -200,6 +207,7 @@ class Hypothesis:
     table)."""
 
     name = "hypothesis"
+    whole_graph = "use the exhaustive engine"
 
     def __init__(self, profile: str = "ci", budget: Optional[Budget] = None,
                  progress: Optional[Callable[[Dict], None]] = None) -> None:
@@ -256,6 +264,7 @@ class Z3:
     """Bounded model checking with Z3 (``reqmodel.engines.z3.bmc``)."""
 
     name = "z3"
+    whole_graph = "use the exhaustive engine"
     # bmc's own words, in the one vocabulary: a reached good state is
     # "holds" (with the path's length), a proof is "holds" (an unreachable
     # good state, "violated"), as in the exhaustive engine

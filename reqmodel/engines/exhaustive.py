@@ -264,16 +264,14 @@ def _explore(release: Release, scenario: Scenario, props: Sequence[Property], ma
     found: Dict[str, Tuple] = {}  # name -> ("state", id) | ("transition", u, step) | ("reached", id)
 
     init = intern(canon(initial_state(scenario)))
-    # with fingerprints, ``ids`` and ``states`` hold the states' hashes and
-    # ``frontier`` the states still to expand; otherwise the states themselves
     ids: Dict[State, int] = {init: 0}
     states: List[State] = [init]  # by id
     parent: List[Tuple[int, Optional[Step]]] = [(-1, None)]
     depth: List[int] = [0]
     frontier: Optional[Dict[int, State]] = None
     if fingerprints:
-        # the visited set holds the states' hashes, ``states`` (by id) their
-        # hashes too, ``parent`` the parent's id (a trace's steps are found
+        # ``seen`` (the visited set, in place of ``ids``) holds the states'
+        # hashes, ``states`` (by id) their hashes too, ``parent`` the parent's id (a trace's steps are found
         # again by ``concretize``), and ``frontier`` the states to expand
         seen = {hash(init)}
         states, parent, depth = array.array("q", [hash(init)]), array.array("q", [-1]), \

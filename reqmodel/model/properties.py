@@ -417,7 +417,7 @@ prop(
     goal=settled, pending=waiting, partial=lambda ctx, s: not deadlocked(ctx, s),
     partial_note="checked only in its deadlock form (a request unanswered with nothing but a "
                  "timeout or the environment able to move); the AG EF form needs the whole "
-                 "state graph: use the exhaustive engine",
+                 "state graph",
 )
 
 
@@ -451,7 +451,7 @@ prop(
     partial=lambda ctx, s: not stuck(ctx, s, held_after_abort),
     partial_note="checked only in its deadlock form (an aborted request held with nothing but "
                  "a timeout or the environment able to move); the AG EF form needs the whole "
-                 "state graph: use the exhaustive engine",
+                 "state graph",
     stuck="is still held by a worker after its abort",
 )
 
@@ -461,7 +461,7 @@ prop(
     text="No cycle of the deployment's own steps that a weakly fair scheduler can run forever "
          "(every step that stays enabled is eventually taken) while a request's client waits.",
     goal=settled, pending=waiting,
-    partial_note="a lasso needs the whole state graph: use the exhaustive engine",
+    partial_note="a lasso needs the whole state graph",
 )
 
 # ------------------------------------------------------------ reachability

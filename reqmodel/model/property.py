@@ -53,7 +53,7 @@ class Property:
     # what an engine that sees no graph checks instead, and why the rest is
     # out of its reach (always-possibly: its deadlock form)
     partial: Optional[Callable[[Ctx, State], bool]] = None
-    partial_note: str = ""
+    partial_note: str = ""  # the engine adds how to check the property whole
     aliases: Tuple[str, ...] = ()  # older names that still select it
     # which of the write-up's four acceptance gates the property checks
     # (admission, transfer-read, lifetime; pool-context is arithmetic on the
