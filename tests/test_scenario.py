@@ -103,10 +103,9 @@ def test_bad_scenarios_are_refused_in_one_line(tmp_path, extra, message):
     ("name = 'x'\nprompt_pages = [1]\n[prefill]\npool_pages = true\n[decode]\npool_pages = 2\n", "must be an integer"),
     ("name = 'x'\nprompt_pages = [1]\n[prefill]\npool_pages = 2\n[decode]\npool_pages = 2\nranks = 3\n", "ranks must be 1..2"),
     ("name = 'x'\nprompt_pages = [1, 1, 1, 1, 1]\n[prefill]\npool_pages = 2\n[decode]\npool_pages = 2\n", "bounded"),
-    ("name = 'x'\nprompt_pages = [8, 8, 8, 8]\n[prefill]\npool_pages = 8\n[decode]\npool_pages = 8\n[events]\nclient_abort = true\n", "too large"),
     ("name = ", "invalid TOML"),
 ])
-def test_malformed_and_oversized_files(tmp_path, text, message):
+def test_malformed_and_out_of_bounds_files(tmp_path, text, message):
     with pytest.raises(ScenarioError) as exc:
         scenario.load_file(write(tmp_path, text))
     assert message in str(exc.value)
@@ -188,3 +187,22 @@ def test_to_dict_round_trips_every_option_away_from_its_default():
         "events": {"client_abort": [0], "timeouts": True},
     }, bounds=scenario.SAMPLED)
     assert scenario.from_dict(sc.to_dict(), bounds=scenario.SAMPLED) == sc
+
+
+def test_size_is_the_engines_question_not_the_files(tmp_path):
+    """A file within the hard bounds loads however many states it will have;
+    the exhaustive engine refuses it, in one line with its estimate, only
+    when even the estimate's low end is more than it may hold (#27)."""
+    from reqmodel.engines.base import EngineInputError, refuse_large
+    huge = scenario.load_file(write(tmp_path, (
+        "name = 'x'\nprompt_pages = [8, 8, 8, 8]\n[prefill]\npool_pages = 8\n[decode]\n"
+        "pool_pages = 8\n[events]\nclient_abort = true\n")))
+    with pytest.raises(EngineInputError) as exc:
+        refuse_large(huge)
+    assert "estimated" in str(exc.value) and "\n" not in str(exc.value)
+    two = scenario.load_file(write(tmp_path, (
+        "name = 'y'\nprompt_pages = [2, 2]\n[prefill]\npool_pages = 4\n[decode]\n"
+        "pool_pages = 4\n[events]\nclient_abort = true\nretract = true\npreempt = true\n")))
+    refuse_large(two)  # size 22: refused by the old static guard (at most 18)
+    with pytest.raises(EngineInputError, match="max-states 1,000"):
+        refuse_large(two, max_states=1000)

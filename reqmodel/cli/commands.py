@@ -207,10 +207,15 @@ def _cell(r) -> str:
               help="exhaustive: keep a 64-bit fingerprint of each visited state instead of "
                    "the state (about a third of the memory, one process); the liveness "
                    "properties are then checked in their deadlock forms only.")
+@click.option("--ray", "ray_address", metavar="ADDRESS", default=None,
+              help="exhaustive: hold the visited set's shards as actors on the Ray cluster "
+                   "at ADDRESS ('local' starts one here, 'auto' finds a running one), "
+                   "--workers of them (default: the cluster's CPUs); the answer is the same. "
+                   "Needs pip install 'reqmodel[ray]'.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3_seconds,
           per_release, no_budget, max_net, hprofile, out, witnesses, max_states, workers,
-          fingerprints, as_json) -> None:
+          fingerprints, ray_address, as_json) -> None:
     """Check properties on releases and scenarios; write counterexamples.
 
     Exit status 0 when the check ran, whatever the verdicts; 2 on bad input.
@@ -227,10 +232,16 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
         raise UserError("--no-budget takes no --seconds or --per-release")
     if z3_seconds is not None and z3_seconds <= 0:
         raise UserError("--seconds must be positive")
-    if engine != "exhaustive" and (workers is not None or fingerprints):
-        raise UserError("--workers and --fingerprints are for --engine exhaustive")
+    if engine != "exhaustive" and (workers is not None or fingerprints or ray_address):
+        raise UserError("--workers, --fingerprints and --ray are for --engine exhaustive")
     if fingerprints and workers is not None and workers > 1:
         raise UserError("--fingerprints runs in one process: drop --workers")
+    if fingerprints and ray_address:
+        raise UserError("--fingerprints runs in one process: drop --ray")
+    if ray_address is not None:
+        from reqmodel.engines import raycluster
+        cpus = raycluster.cluster_cpus(ray_address)  # joins now: a bad address fails first
+        workers = cpus if workers is None else workers
     workers = 1 if fingerprints else _workers(workers)
     if engine == "z3":
         depth = Z3_DEFAULT_DEPTH if depth is None else depth
@@ -248,7 +259,7 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
     props = props_mod.select(prop_names)
     console = Console(stderr=True)
     if engine == "exhaustive":
-        _size_check(scenarios, max_states, console, quiet=as_json)
+        _size_check(scenarios, max_states, fingerprints, console, quiet=as_json)
 
     def progress(sc, rel, pair):
         if as_json:
@@ -269,7 +280,7 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
         budget = Budget(seconds, len(releases) * len(scenarios))
     live = _LiveStatus(console, enabled=not as_json)
     options = {"exhaustive": dict(max_states=max_states, workers=workers,
-                                  fingerprints=fingerprints),
+                                  fingerprints=fingerprints, ray=ray_address),
                "hypothesis": dict(profile=hprofile, budget=budget, progress=live.hypothesis),
                "z3": dict(depth=depth, max_net=max_net, budget=budget,
                           progress=live.z3)}[engine]
@@ -333,24 +344,21 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
             stdout.print(_summary_line(name, counts, len(scenarios)), highlight=False)
 
 
-def _size_check(scenarios, max_states: int, console: Console, quiet: bool) -> None:
-    """Before any work: refuse a scenario whose estimated states exceed
-    --max-states even at the estimate's low end; say the estimate of a
-    scenario that is not built in (a built-in one's is measured)."""
+def _size_check(scenarios, max_states: int, fingerprints: bool, console: Console,
+                quiet: bool) -> None:
+    """Before any work: refuse what the exhaustive engine does not take
+    (``refuse_large``: a large built-in scenario, or estimated states beyond
+    --max-states or the machine's memory even at the estimate's low end);
+    say the estimate of a scenario that is not built in (a built-in one's
+    is measured)."""
     from reqmodel.engines.base import refuse_large
     from reqmodel.engines.estimate import estimate
     builtin = set(sc_mod.builtin_names())
     for sc in scenarios:
-        refuse_large(sc)
-        est = estimate(sc)
-        if est.low > max_states:
-            raise UserError(
-                f"scenario {messages.short(sc.name)}: {est.describe()}, more than --max-states "
-                f"{max_states:,} even at the low end: use fewer requests, events or ranks, or "
-                "--engine hypothesis")
+        refuse_large(sc, max_states, fingerprints)
         if sc.name not in builtin and not quiet:
-            console.print(f"[dim]{escape(sc.name)}: {escape(est.describe())}; the search "
-                          f"stops at --max-states {max_states:,}[/]", highlight=False)
+            console.print(f"[dim]{escape(sc.name)}: {escape(estimate(sc).describe())}; the "
+                          f"search stops at --max-states {max_states:,}[/]", highlight=False)
 
 
 class _LiveStatus:

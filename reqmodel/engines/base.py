@@ -26,6 +26,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import attrs
 
+from reqmodel import messages
 from reqmodel.engines.exhaustive import DEFAULT_MAX_STATES, Trace, explore
 from reqmodel.model.actions import Ctx
 from reqmodel.model.properties import Kind, Property
@@ -103,9 +104,12 @@ class Exhaustive:
     name = "exhaustive"
 
     def __init__(self, max_states: int = DEFAULT_MAX_STATES, workers: int = 1,
-                 fingerprints: bool = False) -> None:
+                 fingerprints: bool = False, ray: Optional[str] = None) -> None:
         self.max_states = max_states
         self.workers = workers  # processes (``engines.parallel``); the answer is the same
+        # the address of a Ray cluster whose actors hold the shards
+        # (``engines.raycluster``); the answer is the same
+        self.ray = ray
         # the visited set as 64-bit fingerprints (one process): the graph
         # properties are then checked in their deadlock forms, as by the
         # engines that see no graph
@@ -113,7 +117,7 @@ class Exhaustive:
 
     def check(self, release: Release, scenario: Scenario,
               props: Sequence[Property]) -> List[Result]:
-        refuse_large(scenario)
+        refuse_large(scenario, self.max_states, self.fingerprints)
         if self.fingerprints:
             return partial_forms(self, release, scenario, props,
                                  lambda ps: self._check(release, scenario, ps))
@@ -125,19 +129,34 @@ class Exhaustive:
     def _check(self, release: Release, scenario: Scenario,
                props: Sequence[Property]) -> List[Result]:
         ex = explore(release, scenario, props, max_states=self.max_states, keep_graph=False,
-                     workers=self.workers, fingerprints=self.fingerprints)
+                     workers=self.workers, fingerprints=self.fingerprints, ray=self.ray)
         return [Result(release.name, scenario.name, p.name, p.kind, Answer(v.verdict),
                        None, ex.states, ex.seconds, self.name, trace=v.trace)
                 for p in props for v in (ex.verdicts[p.name],)]
 
 
-def refuse_large(scenario: Scenario) -> None:
-    """One line for a scenario beyond the exhaustive engine's bounds (a large
-    built-in one is loaded with the sampled bounds, so the engine asks again)."""
-    from reqmodel.model.scenario import exhaustive_refusal
-    refusal = exhaustive_refusal(scenario)
+def refuse_large(scenario: Scenario, max_states: int = DEFAULT_MAX_STATES,
+                 fingerprints: bool = False) -> None:
+    """One line for a scenario the exhaustive engine does not take: beyond
+    its hard bounds (a large built-in one is loaded with the sampled bounds,
+    so the engine asks again), a large built-in one (the Hypothesis
+    engine's), or one whose estimated states exceed --max-states or the
+    machine's memory even at the estimate's low end (``estimate.refusal``)."""
+    from reqmodel.engines import estimate
+    from reqmodel.model import scenario as sc_mod
+    refusal = sc_mod.exhaustive_refusal(scenario)
     if refusal is not None:
         raise EngineInputError(f"{refusal}; --engine hypothesis answers it")
+    name = messages.short(scenario.name)
+    if scenario.name in sc_mod.large_names() and scenario == sc_mod.builtin(scenario.name):
+        raise EngineInputError(
+            f"scenario {name} is a large built-in one ({estimate.estimate(scenario).describe()}): "
+            "--engine hypothesis answers it; a copy of its file runs exhaustively up to "
+            "--max-states")
+    refusal = estimate.refusal(scenario, max_states, fingerprints)
+    if refusal is not None:
+        raise EngineInputError(f"scenario {name}: {refusal}: use fewer requests, events or "
+                               "ranks, or --engine hypothesis")
 
 
 def partial_forms(engine, release: Release, scenario: Scenario, props: Sequence[Property], check

@@ -9,21 +9,56 @@ largest release); the band is the widest the measured counts stray from
 the fit, so every built-in lies inside it. It is wide (static settings do
 not tell how requests and events interleave): an answer to "a second, a
 minute or a day?", and a refusal before any work only when even the band's
-low end is more than the search may hold (``--max-states``)."""
+low end is more than the search may hold (``--max-states``, or what fits
+in the machine's memory): the exhaustive engine's size guard (``refusal``)."""
 from __future__ import annotations
 
 import json
 import math
+import os
 from importlib import resources
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import attrs
 
 from reqmodel.model.scenario import Scenario, size
 
 # measured without the networkx graph, optimistic-abort-unit 0.5.19
-# (notes/performance.md, "Memory per state, and the default bound")
+# (notes/performance.md, "Memory per state, and the default bound"), and
+# with --fingerprints ("A fingerprint mode and memory per state"), rounded up
 BYTES_PER_STATE = 600
+BYTES_PER_FINGERPRINT = 270
+
+
+def memory_bytes() -> int:
+    """What this machine has for a search: MemAvailable (Linux), else the
+    physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return 1 << 40
+
+
+def refusal(sc: Scenario, max_states: int, fingerprints: bool = False) -> Optional[str]:
+    """Why an exhaustive search of ``sc`` is refused before it starts, or
+    None: only when even the estimate's low end holds more states than
+    --max-states, or than fit in this machine's memory."""
+    est = estimate(sc)
+    per = BYTES_PER_FINGERPRINT if fingerprints else BYTES_PER_STATE
+    fit = memory_bytes() // per
+    if est.low <= min(max_states, fit):
+        return None
+    what = (f"more than --max-states {max_states:,}" if max_states <= fit else
+            f"more than fit in this machine's {memory_bytes() / 2 ** 30:.1f} GB available "
+            f"({per} bytes a state)")
+    return f"{est.describe()}, {what} even at the low end"
 
 
 def measured() -> List[Dict]:
@@ -68,7 +103,7 @@ def estimate(sc: Scenario) -> Estimate:
 
 
 def _n(x: int) -> str:
-    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+    for unit, div in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if x >= div:
             return f"{x / div:.3g} {unit}"
     return str(x)

@@ -28,7 +28,6 @@ class ScenarioError(ValueError):
 MAX_REQUESTS = 4
 MAX_POOL_PAGES = 8
 MAX_PROMPT_PAGES = 8
-MAX_WEIGHT = 14  # requests * (prompt pages + 3), a rough size of the product space
 MAX_DECODE_RANKS = 2  # each rank adds a control channel per request
 MAX_PREFILL_RANKS = 2  # each rank adds a KV manager, a transfer worker and a page slice
 
@@ -45,13 +44,12 @@ class Bounds:
     prompt_pages: int
     decode_ranks: int
     prefill_ranks: int
-    size_check: bool  # refuse by the product-size heuristic (MAX_WEIGHT)
     purpose: str
 
 
 EXHAUSTIVE = Bounds(MAX_REQUESTS, MAX_POOL_PAGES, MAX_PROMPT_PAGES, MAX_DECODE_RANKS,
-                    MAX_PREFILL_RANKS, True, "the exhaustive checker")
-SAMPLED = Bounds(16, 64, 64, 8, 8, False, "the Hypothesis engine and replay")
+                    MAX_PREFILL_RANKS, "the exhaustive checker")
+SAMPLED = Bounds(16, 64, 64, 8, 8, "the Hypothesis engine and replay")
 
 
 @attrs.frozen
@@ -369,20 +367,14 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
             raise ScenarioError(
                 'options.transfer_queues = "per-request" needs [prefill] pool_pages of at least '
                 f"the prompts' sum ({sum(sc.prompt_pages)}): each prefill instance has its own pool")
-    weight = size(sc)
-    if bounds.size_check and weight > MAX_WEIGHT + 2 * len(prompts):
-        raise ScenarioError(
-            f"scenario {_short(name)} is too large for exhaustive search on this machine "
-            f"(size {weight}; at most {MAX_WEIGHT + 2 * len(prompts)}): use fewer requests, "
-            "shorter prompts or fewer events")
     return sc
 
 
 def size(sc: Scenario) -> int:
     """The scenario's size, a rough measure of its product space: per request
     its prompt pages + 3, two per event target, three per request for each
-    rank beyond the first. The size guard (MAX_WEIGHT) and the exhaustive
-    engine's estimate (``engines.estimate``) read it."""
+    rank beyond the first. The exhaustive engine's estimate
+    (``engines.estimate``), and so its size guard, read it."""
     return sum(p + 3 for p in sc.prompt_pages) + sum(
         2 * len(targets) for targets in attrs.astuple(sc.events, recurse=False)) + (
         3 * (sc.decode.ranks - 1 + sc.prefill.ranks - 1) * sc.n)
