@@ -129,7 +129,7 @@ def test_check_gives_the_same_json_on_any_number_of_workers(tmp_path, monkeypatc
 
 def test_workers_is_refused_where_it_means_nothing(tmp_path, monkeypatch, capsys):
     code, _, err = run(capsys, "check", "--engine", "z3", "--workers", "2", "--out", str(tmp_path))
-    assert code == 2 and err.strip() == "reqmodel: --workers and --fingerprints are for --engine exhaustive"
+    assert code == 2 and err.strip() == "reqmodel: --workers, --fingerprints and --ray are for --engine exhaustive"
     monkeypatch.setenv("REQMODEL_WORKERS", "many")
     code, _, err = run(capsys, "check", "--out", str(tmp_path))
     assert code == 2 and "REQMODEL_WORKERS='many'" in err and len(err.splitlines()) == 1

@@ -214,7 +214,7 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
             keep_graph: bool = True, symmetry: bool = True,
             edge_events: bool = False, keep_states: bool = False,
             workers: int = 1, fork_at: Optional[int] = None,
-            fingerprints: bool = False) -> Exploration:
+            fingerprints: bool = False, ray=None) -> Exploration:
     """Explore the reachable states of ``scenario`` under ``release``.
 
     With ``stop_early`` the search ends once every property has a verdict that
@@ -234,17 +234,27 @@ def explore(release: Release, scenario: Scenario, props: Sequence[Property],
     need the states: refused here). Two states with one fingerprint would
     make the second look visited; at a million states the chance of any such
     pair is about 1 in 10 million (n^2 / 2^65).
+    With ``ray`` (a cluster's address, ``local`` for one on this machine, or
+    a ``raycluster.Actors``) the ``workers`` shards are actors on that Ray
+    cluster (``engines.raycluster``) instead of forked processes, with the
+    same result.
     """
     if fingerprints and (keep_graph or keep_states or any(
             p.kind.on_graph and p.applies(release, scenario) for p in props)):
         raise ValueError("fingerprints keep no states: no graph, no states kept, "
                          "no graph properties")
+    if ray is not None and (keep_graph or fingerprints):
+        raise ValueError("a Ray search keeps no graph and no fingerprints")
     switch = None
-    if workers > 1 and not keep_graph and not fingerprints:
+    if (workers > 1 or ray is not None) and not keep_graph and not fingerprints:
         from reqmodel.engines import parallel
         at = parallel.FORK_AT if fork_at is None else fork_at
+        cluster = None
+        if ray is not None:
+            from reqmodel.engines import raycluster
+            cluster = ray if isinstance(ray, raycluster.Actors) else raycluster.Actors(ray)
         switch = (at, lambda pre: parallel.resume(pre, workers, max_states, stop_early,
-                                                  keep_states))
+                                                  keep_states, cluster))
     with paused_gc():
         return _explore(release, scenario, props, max_states, stop_early, keep_graph, symmetry,
                         edge_events, keep_states, switch, fingerprints)

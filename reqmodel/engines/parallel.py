@@ -74,13 +74,16 @@ def workers_from_env() -> int:
 
 
 class _Shard:
-    """The states one process owns (``hash(state) % n == k``), its part of
+    """The states one process owns (``place(state) % n == k``; ``place`` is
+    ``hash``, the same in forked processes, or a key that is the same in
+    any process, ``raycluster.StableKey``), its part of
     the frontier, and what it has seen on the steps it expanded: first hits
     keyed by tag, the first parent at which each action fired and each event
     kind was emitted, successor counts, and (for liveness) edges."""
 
     def __init__(self, ctx: Ctx, checks: Checks, canon, want_edges: bool) -> None:
         self.ctx, self.checks, self.canon = ctx, checks, canon
+        self.place = hash
         self.intern = _Interner()
         self.k, self.n = 0, 1
         self.ids: Dict[State, int] = {}
@@ -101,8 +104,9 @@ class _Shard:
     def keep_part(self, k: int, n: int) -> None:
         """After the fork: keep this shard's part of the visited states and frontier."""
         self.k, self.n = k, n
-        self.ids = {s: v for s, v in self.ids.items() if hash(s) % n == k}
-        self.frontier = [(v, s) for v, s in self.frontier if hash(s) % n == k]
+        place = self.place
+        self.ids = {s: v for s, v in self.ids.items() if place(s) % n == k}
+        self.frontier = [(v, s) for v, s in self.frontier if place(s) % n == k]
         self.reset()
 
     def add(self, tag: int, v: int, s: State) -> None:
@@ -118,7 +122,7 @@ class _Shard:
         were it a stored representative, that shard would hold it, so the
         shard can skip its canonical form (``forms``) as the sequential
         engine does."""
-        ctx, checks, found, n = self.ctx, self.checks, self.found, self.n
+        ctx, checks, found, n, place = self.ctx, self.checks, self.found, self.n, self.place
         want, fired, emitted = self.want_edges, self.fired, self.emitted
         out: List[list] = [[] for _ in range(n)]
         frontier, self.frontier = self.frontier, []
@@ -133,7 +137,7 @@ class _Shard:
                         emitted[e.kind] = u
                 for name in checks.on_step(s, step, evs, nxt, found):
                     found[name] = (tag, ("transition", u, step))
-                out[hash(nxt) % n].append(
+                out[place(nxt) % n].append(
                     (nxt, tag, (step.action, step.rid) if want else None,
                      want and BY_NAME[step.action].own(ctx, s, step.rid)))
             if j >= _J:  # pragma: no cover - a million successors of one state
@@ -149,6 +153,7 @@ class _Shard:
         have stored the state at first sight; here that waits for the
         round's end), and a form is its own form."""
         ids, canon, n, k, want = self.ids, self.canon, self.n, self.k, self.want_edges
+        place = self.place
         out: List[list] = [[] for _ in range(n)]
         forms: Dict[State, State] = {}
         for batch in batches:
@@ -159,7 +164,7 @@ class _Shard:
                     if c is None:
                         c = forms[nxt] = canon(nxt)
                         forms[c] = c
-                    owner = hash(c) % n
+                    owner = place(c) % n
                     v = ids.get(c) if owner == k else None
                     if v is None:
                         out[owner].append((c, tag, inst, own))
@@ -327,9 +332,11 @@ class Prefix:
 
 
 def resume(pre: Prefix, workers: int, max_states: int, stop_early: bool,
-           keep_states: bool) -> Exploration:
+           keep_states: bool, cluster=None) -> Exploration:
     """Fork the workers on the prefix's last level and search on, round by
-    round, to the sequential engine's answer."""
+    round, to the sequential engine's answer.  ``cluster(shard, workers)``
+    starts the shards somewhere else (``engines.raycluster``: actors on a
+    Ray cluster); by default they are forked processes (``_Processes``)."""
     ctx, applicable = pre.ctx, pre.applicable
     graph_props = [p for p in applicable if p.kind.on_graph]
     parents = [u for u, _ in pre.parent]
@@ -346,12 +353,12 @@ def resume(pre: Prefix, workers: int, max_states: int, stop_early: bool,
              [(-1, pre.edges)], [])]
     ledges = pre.ledges
     pre.ids = pre.states = pre.parent = None  # the workers hold them now
-    procs, conns = _fork(shard, workers)
+    nodes = (cluster or _Processes)(shard, workers)
     del shard
     try:
         final = False
         while not final:
-            msgs = [_recv(c) for c in conns]
+            msgs = nodes.round()
             merged = list(heapq.merge(*[[(t, w) for t in ts] for w, (ts, _) in enumerate(msgs)]))
             vids: List[List[int]] = [[] for _ in msgs]
             base = len(parents)
@@ -366,26 +373,19 @@ def resume(pre: Prefix, workers: int, max_states: int, stop_early: bool,
             names = set(seen[0][0]).union(*(ns for _, ns in msgs))
             final = (not merged or len(parents) > max_states
                      or (stop_early and len(names) == len(applicable)))
-            for c, ids in zip(conns, vids):
-                c.send((ids, final))
-        seen += [_recv(c) for c in conns]
+            nodes.ids(vids, final)
+        seen += nodes.results()
         found = _merge_found(seen)
         n, last = _cut(found, parents, len(applicable), stop_early)
         if n > max_states:
             raise BoundExceeded.of(max_states, ctx.scenario, ctx.release)
         wanted = None if graph_props or keep_states else _wanted(found, parents)
-        got = {}
-        for c in conns:
-            c.send(wanted)
-        for c in conns:
-            got.update(_recv(c))
+        got = nodes.states(wanted)
     except BaseException:
-        for p in procs:  # the others wait for the failed one's messages
-            p.kill()
+        nodes.kill()  # the others wait for the failed one's messages
         raise
     finally:
-        for p in procs:
-            p.join()
+        nodes.close()
     seconds = time.perf_counter() - pre.t0
 
     # every state, or (a dict) those on the counterexample paths
@@ -405,6 +405,43 @@ def resume(pre: Prefix, workers: int, max_states: int, stop_early: bool,
         fired=frozenset(a for r in seen for a, u in r[1].items() if u <= last),
         emitted=frozenset(e for r in seen for e, u in r[2].items() if u <= last),
         workers=workers)
+
+
+class _Processes:
+    """The shards as forked processes (``_worker``), each exchanging its
+    successors with the others through queues, and with the coordinator
+    through a pipe."""
+
+    def __init__(self, shard: _Shard, workers: int) -> None:
+        self.procs, self.conns = _fork(shard, workers)
+
+    def round(self) -> List[Tuple[List[int], List[str]]]:
+        """One level: each shard's sorted tags of new states and the names
+        of the properties it has a hit for."""
+        return [_recv(c) for c in self.conns]
+
+    def ids(self, vids: List[List[int]], final: bool) -> None:
+        for c, ids in zip(self.conns, vids):
+            c.send((ids, final))
+
+    def results(self) -> list:
+        return [_recv(c) for c in self.conns]
+
+    def states(self, wanted: Optional[set]) -> Dict[int, State]:
+        got: Dict[int, State] = {}
+        for c in self.conns:
+            c.send(wanted)
+        for c in self.conns:
+            got.update(_recv(c))
+        return got
+
+    def kill(self) -> None:
+        for p in self.procs:
+            p.kill()
+
+    def close(self) -> None:
+        for p in self.procs:
+            p.join()
 
 
 class _ParentList:
