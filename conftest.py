@@ -121,3 +121,34 @@ def pytest_itemcollected(item):
     """The tests in ``SLOW`` get the ``slow`` marker (as each is collected)."""
     if item.nodeid.startswith(SLOW):
         item.add_marker(pytest.mark.slow)
+
+
+# CI builds the conformance environment while the suite runs (.ci/run): with
+# REQMODEL_CONFORM_WAIT set (a file the setup writes its exit status to when
+# it ends), the conformance tests run last and the first of them waits for it.
+_CONFORM_WAIT = os.environ.get("REQMODEL_CONFORM_WAIT")
+
+
+def pytest_collection_modifyitems(config, items):
+    if _CONFORM_WAIT:
+        items.sort(key=lambda item: item.get_closest_marker("conformance") is not None)
+
+
+@pytest.fixture(autouse=True)
+def _conformance_environment_built(request):
+    if _CONFORM_WAIT and request.node.get_closest_marker("conformance") is not None:
+        _wait_for_setup(_CONFORM_WAIT)
+
+
+@functools.lru_cache(maxsize=None)
+def _wait_for_setup(path: str, hours: float = 1.0) -> None:
+    import time
+    deadline = time.monotonic() + hours * 3600
+    while not os.path.exists(path) or not open(path).read().strip():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the conformance environment's setup did not end in {hours} h")
+        time.sleep(2)
+    status = open(path).read().strip()
+    if status != "0":
+        pytest.fail(f"the conformance environment's setup failed (exit {status}); its log "
+                    "follows the suite's in CI's output")
