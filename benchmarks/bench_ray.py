@@ -38,9 +38,9 @@ def main() -> None:
         for rel in args.release.split(","):
             one, t1 = run(rel, sc, props)
             _, tw = run(rel, sc, props, workers=args.workers)
-            r, tr = run(rel, sc, props, workers=args.workers,
-                        ray=raycluster.Actors("local", measure=True))
-            usage = raycluster.Actors.last_usage
+            actors = raycluster.Actors("local", measure=True)
+            r, tr = run(rel, sc, props, workers=args.workers, ray=actors)
+            usage = actors.usage
             same = ({k: (v.verdict, v.trace and v.trace.steps) for k, v in one.verdicts.items()}
                     == {k: (v.verdict, v.trace and v.trace.steps) for k, v in r.verdicts.items()}
                     and one.states == r.states and one.edges == r.edges)

@@ -172,11 +172,10 @@ class Actors:
     """The shards as Ray actors, for ``parallel.resume`` (the interface of
     ``parallel._Processes``)."""
 
-    last_usage: List[Dict[str, int]] = []  # of the last search, when measured
-
     def __init__(self, address: str, measure: bool = False):
         self.ray = connect(address)
         self.measure = measure
+        self.usage: List[Dict[str, int]] = []  # each actor's (``Node.usage``), when measured
 
     def __call__(self, shard: "parallel._Shard", workers: int) -> "Actors":
         ray = self.ray
@@ -226,7 +225,7 @@ class Actors:
         for part in self._get([a.states.remote(wanted) for a in self.actors]):
             got.update(part)
         if self.measure:
-            Actors.last_usage = self._get([a.usage.remote() for a in self.actors])
+            self.usage = self._get([a.usage.remote() for a in self.actors])
         return got
 
     def kill(self) -> None:
