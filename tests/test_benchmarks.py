@@ -43,3 +43,12 @@ def test_memory_benchmark_measures_each_mode():
     row = out.splitlines()[-1].split("|")
     assert row[1].strip() == "incident" and row[3].strip() == "1,010"
     assert len(row) == 8  # states, fingerprints and graph columns
+
+
+def test_ray_benchmark_finds_the_same_answer_and_measures_the_actors():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_ray.py"),
+                          "--scenario", "prefill-tp-failure", "--release", "0.5.22"],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    (row,) = [line.split("|") for line in out.splitlines() if line.startswith("| prefill")]
+    assert row[3].strip() == "5,754" and row[-2].strip() == "yes"
+    assert float(row[7]) > 0 and float(row[8]) > 0 and float(row[9]) > 0  # RSS, bytes, states
