@@ -50,7 +50,8 @@ def main() -> None:
                   f"| {max(u['peak_rss_kb'] for u in usage) / 1024:.0f} "
                   f"| {sent / one.states:.0f} | {sent_states / one.states:.2f} "
                   f"| {'yes' if same else 'NO'} |", flush=True)
-    print(f"\nthis process's peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    print(f"\nthis process's peak RSS {peak} MB")
 
 
 if __name__ == "__main__":

@@ -74,10 +74,11 @@ def test_check_with_ray_gives_the_same_json(ray, tmp_path, monkeypatch, capsys):
     assert code == 0
     code, many, err = run(capsys, *args, "--ray", "local", "--out", str(tmp_path / "b"))
     assert code == 0, err
-    strip = [{k: v for k, v in r.items() if k not in ("seconds", "engine_seconds", "trace_file")}
-             for r in json.loads(one)["results"]]
-    assert strip == [{k: v for k, v in r.items() if k not in ("seconds", "engine_seconds", "trace_file")}
-                     for r in json.loads(many)["results"]]
+    timing = ("seconds", "engine_seconds", "trace_file")
+
+    def strip(out):
+        return [{k: v for k, v in r.items() if k not in timing} for r in json.loads(out)["results"]]
+    assert strip(one) == strip(many)
     assert (sorted(p.name for p in (tmp_path / "a").rglob("*.json"))
             == sorted(p.name for p in (tmp_path / "b").rglob("*.json")))
 

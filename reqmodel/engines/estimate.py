@@ -52,11 +52,12 @@ def refusal(sc: Scenario, max_states: int, fingerprints: bool = False) -> Option
     --max-states, or than fit in this machine's memory."""
     est = estimate(sc)
     per = BYTES_PER_FINGERPRINT if fingerprints else BYTES_PER_STATE
-    fit = memory_bytes() // per
+    available = memory_bytes()
+    fit = available // per
     if est.low <= min(max_states, fit):
         return None
     what = (f"more than --max-states {max_states:,}" if max_states <= fit else
-            f"more than fit in this machine's {memory_bytes() / 2 ** 30:.1f} GB available "
+            f"more than fit in this machine's {available / 2 ** 30:.1f} GB available "
             f"({per} bytes a state)")
     return f"{est.describe()}, {what} even at the low end"
 

@@ -281,8 +281,9 @@ def _explore(release: Release, scenario: Scenario, props: Sequence[Property], ma
     frontier: Optional[Dict[int, State]] = None
     if fingerprints:
         # ``seen`` (the visited set, in place of ``ids``) holds the states'
-        # hashes, ``states`` (by id) their hashes too, ``parent`` the parent's id (a trace's steps are found
-        # again by ``concretize``), and ``frontier`` the states to expand
+        # hashes, ``states`` (by id) their hashes too, ``parent`` the
+        # parent's id (a trace's steps are found again by ``concretize``),
+        # and ``frontier`` the states to expand
         seen = {hash(init)}
         states, parent, depth = array.array("q", [hash(init)]), array.array("q", [-1]), \
             array.array("l", [0])
