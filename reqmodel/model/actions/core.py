@@ -12,8 +12,8 @@ import attrs
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
 from reqmodel.model.events import Event
-from reqmodel.model.state import (DecodeReq, DRoom, Finish, MetaSlot, Page, PrefillReq, replace,
-                                  Room, State)
+from reqmodel.model.state import (DRAFTING, DecodeReq, DRoom, Finish, MetaSlot, Page, PrefillReq,
+                                  replace, Room, State)
 
 
 @attrs.frozen
@@ -146,10 +146,13 @@ def action(actor: str, guard: Callable, choices: Callable = None, event: str = N
 
         @functools.wraps(fn)
         def effect(ctx, s, rid, arg=()):
+            was = DRAFTING.begin()  # one new State per step (state._Drafting)
             try:
                 return fn(ctx, s, rid, arg)
             except SchedulerDied as died:  # the rest of the step never runs
                 return died.state, died.events
+            finally:
+                DRAFTING.end(was)
 
         a = Action(fn.__name__, actor, guard, effect, choices, event, names,
                    len(names) if names in (RANK_ARG, PRANK_ARG, CHANNEL_ARG) else optional_args,
