@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Tuple
 
 from reqmodel.model import guards as g
-from reqmodel.model.actions.core import action, Ctx, Effect, Event, set_d, set_p
+from reqmodel.model.actions.core import action, Ctx, Effect, Event, Needs, set_d, set_p
 from reqmodel.model.events import Release
 from reqmodel.model.actions.decode import d_release
 from reqmodel.model.actions.kvmanager import (all_ranks, arm_tracker, notify_abort, receiver_fail,
@@ -47,7 +47,10 @@ def _aborted_at_prefill(c, s, r):
     return s.aborted_by_client[r]
 
 
-@action("client", guard=_p_abortable, event="client_abort", worker="prefill",
+@action("client", guard=_p_abortable,
+        needs=Needs(p={PStage.YIELDED, PStage.BOOTSTRAP, PStage.WAITING, PStage.CHUNKED,
+                       PStage.FORWARDED, PStage.INFLIGHT}),
+        event="client_abort", worker="prefill",
         follows=_aborted_at_decode)
 def p_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``abort_request`` on P (sch 19:4966-5114, 20:5217-5371, 21:5447-5585,
@@ -98,7 +101,10 @@ def _d_abortable(c, s, r):
         or _held_for_rebootstrap(req))
 
 
-@action("client", guard=_d_abortable, event="client_abort", worker="decode",
+@action("client", guard=_d_abortable,
+        needs=Needs(d={DStage.PREALLOC, DStage.TRANSFER, DStage.WAITING, DStage.RUNNING,
+                       DStage.RETRACTED, DStage.DOOR}),  # DOOR: held for rebootstrap
+        event="client_abort", worker="decode",
         follows=_aborted_at_prefill)
 def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``abort_request`` on D (same lines as ``p_abort``): prealloc and transfer
@@ -140,7 +146,8 @@ def _p_waited_too_long(c, s, r):
             and not s.aborted_by_client[r])
 
 
-@action("prefill", guard=_p_waited_too_long, event="req_waiting_timeout")
+@action("prefill", guard=_p_waited_too_long,
+        needs=Needs(p={PStage.WAITING}), event="req_waiting_timeout")
 def p_req_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_REQ_WAITING_TIMEOUT`` on prefill (off by default, env
     21:634): ``_poll_timeout_aborts`` (sch 20:3304, 21:3379-3401,
@@ -159,7 +166,8 @@ def _d_waited_too_long(c, s, r):
             and not s.d[r].client_aborted)
 
 
-@action("decode", guard=_d_waited_too_long, event="req_waiting_timeout")
+@action("decode", guard=_d_waited_too_long,
+        needs=Needs(d={DStage.WAITING}), event="req_waiting_timeout")
 def d_req_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_REQ_WAITING_TIMEOUT`` on decode: the same
     ``_poll_timeout_aborts`` for a committed request in decode's waiting

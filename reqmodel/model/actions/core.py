@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 import attrs
 
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
 from reqmodel.model.events import Event
-from reqmodel.model.state import (DRAFTING, DecodeReq, DRoom, Finish, MetaSlot, Page, PrefillReq,
-                                  replace, Room, State)
+from reqmodel.model.state import (DRAFTING, DecodeReq, DRoom, DStage, Finish, MetaSlot, MsgKind,
+                                  Page, PrefillReq, PStage, replace, Room, State)
 
 
 @attrs.frozen
@@ -35,6 +35,23 @@ class Ctx:
             object.__setattr__(self, "_candidates", got)
         return got
 
+    # candidates by what their guards need (``Needs``), keyed by the
+    # requests' stages and their messages in flight: filled as states come
+    _by_needs: Dict[Tuple, Tuple[Tuple["Action", int], ...]] = attrs.field(
+        factory=dict, init=False, eq=False, repr=False)
+
+    def indexed(self, s: State) -> Tuple[Tuple["Action", int], ...]:
+        """The candidates whose ``Needs`` hold in ``s``, in registry order:
+        the only ones whose guard can hold (``enabled``)."""
+        key = (tuple([q.stage for q in s.p]), tuple([q.stage for q in s.d]),
+               frozenset([(m.kind, m.rid) for m in s.net]))
+        got = self._by_needs.get(key)
+        if got is None:
+            got = self._by_needs[key] = tuple(
+                (a, r) for a, r in self.candidates
+                if a.needs is None or a.needs.met(key[0][r], key[1][r], key[2], r))
+        return got
+
     @property
     def deferred(self) -> bool:
         d = self.scenario.deferred_release
@@ -50,6 +67,29 @@ class Ctx:
 
 
 Effect = Tuple[State, Tuple[Event, ...]]
+
+
+@attrs.frozen
+class Needs:
+    """What an action's guard requires of request ``r`` before anything else,
+    as data: its prefill stage is one of ``p``, its decode stage one of
+    ``d``, a message of its own of one of the kinds ``msgs`` is in flight
+    (each left empty: no requirement).  The guard still tests all of it
+    itself; the declaration lets the engines skip guards that cannot hold
+    (``Ctx.indexed``), indexed by the requests' stages and messages.
+    ``tests/test_needs.py`` checks, on every reachable state of the built-in
+    scenarios on every release, that no guard holds without its needs."""
+
+    p: FrozenSet[PStage] = attrs.field(default=frozenset(), converter=frozenset)
+    d: FrozenSet[DStage] = attrs.field(default=frozenset(), converter=frozenset)
+    msgs: FrozenSet[MsgKind] = attrs.field(default=frozenset(), converter=frozenset)
+
+    def met(self, p: PStage, d: DStage, net: FrozenSet[Tuple[MsgKind, int]], r: int) -> bool:
+        return ((not self.p or p in self.p) and (not self.d or d in self.d)
+                and (not self.msgs or any((k, r) in net for k in self.msgs)))
+
+    def holds(self, s: State, r: int) -> bool:
+        return self.met(s.p[r].stage, s.d[r].stage, frozenset((m.kind, m.rid) for m in s.net), r)
 
 
 @attrs.frozen
@@ -85,6 +125,8 @@ class Action:
     # run ends there, ``State.crashed``); a sampling engine may keep it for
     # last when the property it looks for is not about crashes
     crash: bool = False
+    # what the guard requires first, as data the engines index (``Needs``)
+    needs: Optional[Needs] = None
 
     @property
     def doc(self) -> str:
@@ -129,7 +171,7 @@ BY_NAME: Dict[str, Action] = {}
 def action(actor: str, guard: Callable, choices: Callable = None, event: str = None,
            arg_names: Tuple[str, ...] = (), optional_args: int = 0, worker: str = None,
            timeout: str = None, seam: str = None, environment: bool = None,
-           follows: Callable = None, crash: bool = False):
+           follows: Callable = None, crash: bool = False, needs: Needs = None):
     """Register an action: ``guard(ctx, s, rid) -> bool`` first, effect below.
 
     ``worker`` defaults to the actor for the schedulers' actions and to
@@ -157,7 +199,7 @@ def action(actor: str, guard: Callable, choices: Callable = None, event: str = N
         a = Action(fn.__name__, actor, guard, effect, choices, event, names,
                    len(names) if names in (RANK_ARG, PRANK_ARG, CHANNEL_ARG) else optional_args,
                    worker, timeout, seam, event is not None if environment is None else environment,
-                   follows, crash)
+                   follows, crash, needs)
         ACTIONS.append(a)
         BY_NAME[a.name] = a
         return fn
@@ -227,7 +269,9 @@ def enabled(ctx: Ctx, s: State) -> Iterable[Tuple[Action, int]]:
     none after a crash (as ``Action.enabled``)."""
     if s.crashed():
         return
-    for a, r in ctx.candidates:  # the event flags are checked once per context
+    # the event flags are checked once per context, the guards' needs once
+    # per stages and messages in flight (``Needs``)
+    for a, r in ctx.indexed(s):
         if a.guard(ctx, s, r):
             yield a, r
 

@@ -11,7 +11,7 @@ from typing import Optional, Tuple
 from reqmodel.model.events import (AckRelease, Acquire, Commit, CorruptionAbort, Crash, DoorRetire,
                                    Prealloc, RankRelease, Read, Release, StatusDropped,
                                    poll_key_error)
-from reqmodel.model.actions.core import action, Ctx, Effect, PRANK_ARG, set_d
+from reqmodel.model.actions.core import action, Ctx, Effect, Needs, PRANK_ARG, set_d
 from reqmodel.model.actions.dpool import page_choices, retracted_reserve, slot_choices
 from reqmodel.model.actions.kvmanager import (all_ranks, apply_report, d_room_of, layout_tag,
                                               notify_abort, receiver_clear, receiver_init,
@@ -28,7 +28,7 @@ def _at_d_door(c, s, r):
     return s.d[r].stage is DStage.DOOR
 
 
-@action("decode", guard=_at_d_door, seam="decode_door")
+@action("decode", guard=_at_d_door, needs=Needs(d={DStage.DOOR}), seam="decode_door")
 def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """D1 ``DecodePreallocQueue.add`` (dc 617/640/734/784/808): the release's
     ``decode_door`` guard point with the caller's ``is_retracted`` flag, then
@@ -74,7 +74,7 @@ def _prealloc_drop(c, s, r):
             and handshake_raises(c, s) is None)
 
 
-@action("decode", guard=_prealloc_drop)
+@action("decode", guard=_prealloc_drop, needs=Needs(d={DStage.PREALLOC}))
 def d_prealloc_drop(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """D2 ``pop_preallocated`` first loop (dc 1141/1157/1293/1365/1395): an entry
     the ``prealloc_scan`` guard point drops, or whose receiver polled Failed
@@ -140,7 +140,7 @@ def handshake_raises(c: Ctx, s: State) -> Optional[str]:
     return None
 
 
-@action("decode", guard=_handshake_sees_success, crash=True)
+@action("decode", guard=_handshake_sees_success, needs=Needs(d={DStage.PREALLOC}), crash=True)
 def d_unexpected_poll(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``_update_handshake_waiters`` has branches for Bootstrapping,
     WaitingForInput and Failed only and raises ``ValueError("Unexpected poll
@@ -179,7 +179,7 @@ def _radix_hit_possible(c: Ctx, req: DecodeReq) -> bool:
     return c.scenario.decode.radix_cache and req.origin_pages >= 2 and not req.rebootstrap
 
 
-@action("decode", guard=_can_prealloc, choices=_prealloc_choices,
+@action("decode", guard=_can_prealloc, needs=Needs(d={DStage.PREALLOC}), choices=_prealloc_choices,
         arg_names=("prefix", "pages", "slot"), optional_args=1)
 def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """D2 ``pop_preallocated`` (dc 1080/1096/1231/1303/1333): ``_pre_alloc``
@@ -249,7 +249,8 @@ def _arriving_report(s: State, r: int, arg) -> Msg:
     return next(m for m in arriving(s, "status", r) if m.prank == prank_of(arg))
 
 
-@action("decode", guard=_status_arrives, choices=_arriving_ranks, arg_names=PRANK_ARG)
+@action("decode", guard=_status_arrives,
+        needs=Needs(msgs={MsgKind.status}), choices=_arriving_ranks, arg_names=PRANK_ARG)
 def d_recv_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Decode's ``decode_thread`` applies one prefill rank's status report on
     arrival (mc 19:2140-2206; ``decode_thread`` mc 20:2318, 21:2580,
@@ -267,7 +268,8 @@ def _late_status(c, s, r):
     return bool(arriving(s, "status", r)) and d_room_of(c, s, r).status is None
 
 
-@action("decode", guard=_late_status, choices=_arriving_ranks, arg_names=PRANK_ARG)
+@action("decode", guard=_late_status,
+        needs=Needs(msgs={MsgKind.status}), choices=_arriving_ranks, arg_names=PRANK_ARG)
 def d_drop_late_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Decode's ``decode_thread`` drops a status report for a room it no
     longer tracks (``apply_prefill_status``: "Dropping late status for cleared
@@ -296,7 +298,7 @@ def _transferred_ready(c, s, r):
                                                                           KVPoll.Failed)
 
 
-@action("decode", guard=_transferred_ready, seam="decode_commit")
+@action("decode", guard=_transferred_ready, needs=Needs(d={DStage.TRANSFER}), seam="decode_commit")
 def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """D3 ``pop_transferred`` (dc 2245/2331/2616/2728/2833) polls the receiver
     (``request_status[room]``, which ``decode_thread`` set).  Success: the
@@ -367,7 +369,8 @@ def _status_popped(c, s, r):
                                             and handshake_raises(c, s) == "KeyError")
 
 
-@action("decode", guard=_status_popped, crash=True)
+@action("decode", guard=_status_popped,
+        needs=Needs(d={DStage.TRANSFER, DStage.PREALLOC}), crash=True)
 def d_poll_popped_room(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """A receiver polls a room whose ``request_status`` entry another request
     of the room has popped (its ``clear()``): ``check_status`` is
@@ -394,7 +397,7 @@ def _prebuilt_ready(c, s, r):
     return s.d[r].stage is DStage.WAITING
 
 
-@action("decode", guard=_prebuilt_ready)
+@action("decode", guard=_prebuilt_ready, needs=Needs(d={DStage.WAITING}))
 def d_attend(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """D4 ``get_new_prebuilt_batch`` (dc 2592/2679/3023/3168/3273): 0.5.21+
     ``_verify_kv_checksums`` first when D expects a digest, then the decode
@@ -415,7 +418,7 @@ def _running(c, s, r):
     return s.d[r].stage is DStage.RUNNING
 
 
-@action("decode", guard=_running)
+@action("decode", guard=_running, needs=Needs(d={DStage.RUNNING}))
 def d_respond(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """The decode step's ``update_finish_state`` (sb 1721/1843/1919/1913/2007)
     promotes a pending ``to_finish`` or finishes by length; the response is
@@ -431,7 +434,7 @@ def _retractable(c, s, r):
     return s.d[r].stage is DStage.RUNNING and not s.d[r].was_retracted
 
 
-@action("decode", guard=_retractable, event="retract")
+@action("decode", guard=_retractable, needs=Needs(d={DStage.RUNNING}), event="retract")
 def d_retract(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """R1 memory retract: ``retract_decode`` (sb 3030/3168/3297/3298/3451) ->
     ``release_req`` (sb 2036/2163/2239/2242/2360: host backup, release KV,
@@ -452,7 +455,8 @@ def _resume_choices(c, s, r):
     return ((0, pages) for pages in page_choices(s, s.d[r].origin_pages))
 
 
-@action("decode", guard=_resumable, choices=_resume_choices, event="retract",
+@action("decode", guard=_resumable,
+        needs=Needs(d={DStage.RETRACTED}), choices=_resume_choices, event="retract",
         arg_names=("prefix", "pages"), environment=False)
 def d_resume(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """R5 ``resume_retracted_reqs`` (dc 804/829/950/997/1021): fresh ``_pre_alloc``,
@@ -482,7 +486,7 @@ def _pausable(c, s, r):
     return not (c.scenario.decode.overlap_schedule and req.to_finish is not None)
 
 
-@action("decode", guard=_pausable, event="preempt")
+@action("decode", guard=_pausable, needs=Needs(d={DStage.RUNNING}), event="preempt")
 def d_pause_retract(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """R2 ``pause_generation(mode="retract")`` (sch 5180/5437/5655/5690/5908):
     ``retract_all(offload_kv=False)`` frees the KV without a host backup and
@@ -501,7 +505,8 @@ def _recompute_requested(c, s, r):
     return bool(s.msgs("recompute", r)) and s.p[r].stage is PStage.GONE and not s.p[r].results_due
 
 
-@action("prefill", guard=_recompute_requested)
+@action("prefill", guard=_recompute_requested,
+        needs=Needs(p={PStage.GONE}, msgs={MsgKind.recompute}))
 def p_recompute(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Prefill receives decode's ``submit_prefill_recompute`` payload
     (``build_rebootstrap_payload``, dc 21:1748-1752): a new prefill ``Req`` for

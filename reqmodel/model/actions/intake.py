@@ -4,7 +4,7 @@ Releases differ only through ``ctx.release``; docstrings cite the SGLang
 code per release (``a/b/c/d/e`` = lines in 0.5.19/20/21/22/23)."""
 from __future__ import annotations
 
-from reqmodel.model.actions.core import action, Ctx, Effect, set_d, set_p
+from reqmodel.model.actions.core import action, Ctx, Effect, Needs, set_d, set_p
 from reqmodel.model.actions.req import validate_intake
 from reqmodel.model.state import DStage, PStage, State
 
@@ -29,7 +29,7 @@ def _absent_p(c, s, r):
     return s.p[r].stage is PStage.ABSENT and _room_free_for(c, s, r)
 
 
-@action("client", guard=_absent_p, worker="prefill", seam="intake")
+@action("client", guard=_absent_p, needs=Needs(p={PStage.ABSENT}), worker="prefill", seam="intake")
 def p_intake(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Intake on prefill: ``handle_generate_request`` (sch 2586/2724/2749/2820/2943)
     validates the prompt against P's limit, then ``_add_request_to_queue``
@@ -46,7 +46,7 @@ def _absent_d(c, s, r):
     return s.d[r].stage is DStage.ABSENT and _room_free_for(c, s, r)
 
 
-@action("client", guard=_absent_d, worker="decode", seam="intake")
+@action("client", guard=_absent_d, needs=Needs(d={DStage.ABSENT}), worker="decode", seam="intake")
 def d_intake(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Intake on decode: ``handle_generate_request`` (sch 2586/2724/2749/2820/2943)
     validates against D's own ``max_req_input_len`` (tp_worker.py 19:542-556),

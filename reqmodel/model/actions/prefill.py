@@ -11,7 +11,8 @@ from typing import Tuple
 from reqmodel.model import guards as g
 from reqmodel.model.events import (Acquire, Crash, DoorRetire, LateEffect, Release, Requeue, Send,
                                    poll_key_error)
-from reqmodel.model.actions.core import action, CHANNEL_ARG, Ctx, Effect, Event, pranks, set_p
+from reqmodel.model.actions.core import (action, CHANNEL_ARG, Ctx, Effect, Event, Needs, pranks,
+                                         set_p)
 from reqmodel.model.actions.kvmanager import (failure_exception, room_of, sender_abort,
                                               sender_clear, sender_poll, set_room, takes_chunks,
                                               update_status)
@@ -27,7 +28,7 @@ def _at_p_door(c, s, r):
     return s.p[r].stage is PStage.DOOR
 
 
-@action("prefill", guard=_at_p_door, seam="prefill_door")
+@action("prefill", guard=_at_p_door, needs=Needs(p={PStage.DOOR}), seam="prefill_door")
 def p_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """P1 ``PrefillBootstrapQueue.add`` (pf 385/399/417/429/452): the release's
     ``prefill_door`` guard point, then ``create_sender`` (pf 326/340/357/373/396)
@@ -56,7 +57,8 @@ def p_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
 _metadata_arrived, _metadata_channels = arrival_of("metadata")
 
 
-@action("prefill", guard=_metadata_arrived, choices=_metadata_channels, arg_names=CHANNEL_ARG)
+@action("prefill", guard=_metadata_arrived,
+        needs=Needs(msgs={MsgKind.metadata}), choices=_metadata_channels, arg_names=CHANNEL_ARG)
 def p_recv_metadata(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Prefill rank q's bootstrap thread receives one decode rank's destinations
     (mc 19:2116-2135; 21:2551-2571; 23:3034): adds it to ``transfer_infos[room]``
@@ -122,7 +124,7 @@ def finalize_bootstrap(c: Ctx, s: State, r: int) -> Effect:
     return s, evs + (Acquire(r, "prefill", "init"),)
 
 
-@action("prefill", guard=_bootstrap_ready)
+@action("prefill", guard=_bootstrap_ready, needs=Needs(p={PStage.BOOTSTRAP}))
 def p_pop_bootstrapped(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """P2 ``pop_bootstrapped`` (pf 410/425/450/462/497): Failed ->
     ``handle_bootstrap_failure``; WaitingForInput -> ``finalize_bootstrap`` and the
@@ -146,7 +148,7 @@ def _waiting_resolvable(c, s, r):
     return poll == KVPoll.Failed or (poll == KVPoll.WaitingForInput and req.pending_bootstrap)
 
 
-@action("prefill", guard=_waiting_resolvable)
+@action("prefill", guard=_waiting_resolvable, needs=Needs(p={PStage.WAITING}))
 def p_resolve_waiting(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """P3 ``resolve_waiting_queue_bootstrap`` (pf 527/547/597/584/606): polls
     non-aborted waiting requests; Failed -> ``handle_bootstrap_failure``;
@@ -185,7 +187,7 @@ def _can_forward(c, s, r):
     return s.p_pages_used() + _chunk_len(c, req) <= c.scenario.prefill.pool_pages
 
 
-@action("prefill", guard=_can_forward)
+@action("prefill", guard=_can_forward, needs=Needs(p={PStage.WAITING, PStage.CHUNKED}))
 def p_forward(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """P3/P4 ``get_new_batch_prefill`` (sch 19:3615-3757) + forward (overlap
     scheduler, pf 19:599-640): allocate the
@@ -216,7 +218,7 @@ def _chunked_check(c, s, r):
             and (is_aborted(req) or _has_bootstrapped_waiting(s, r)))
 
 
-@action("prefill", guard=_chunked_check)
+@action("prefill", guard=_chunked_check, needs=Needs(p={PStage.CHUNKED, PStage.FORWARDED}))
 def p_check_chunked(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``process_prefill_chunk`` on ``chunked_req`` (pf 19:1087-1100):
     ``check_bootstrap``: Failed -> ``handle_bootstrap_failure`` and drop the chunked
@@ -235,7 +237,7 @@ def _chunked_abort_pending(c, s, r):
     return s.p[r].stage is PStage.CHUNKED and s.p[r].pending_chunked_abort
 
 
-@action("prefill", guard=_chunked_abort_pending)
+@action("prefill", guard=_chunked_abort_pending, needs=Needs(p={PStage.CHUNKED}))
 def p_chunked_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``process_pending_chunked_abort`` (sch 3248/3459/3537/3650/3778):
     ``prepare_abort``, ``to_finish=None``, ``sender.abort()``, free metadata,
@@ -373,7 +375,9 @@ def _polls_popped_room(c, s, r):
             and sender_poll(c, s, r) is None)
 
 
-@action("prefill", guard=_polls_popped_room, crash=True)
+@action("prefill", guard=_polls_popped_room,
+        needs=Needs(p={PStage.BOOTSTRAP, PStage.INFLIGHT, PStage.WAITING, PStage.CHUNKED}),
+        crash=True)
 def p_poll_popped_room(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """A prefill sender polls a room whose ``request_status`` entry another
     request of the room has popped (its ``clear()`` or
@@ -407,6 +411,7 @@ def _unexpected_poll(c, s, r):
 
 
 @action("prefill", guard=lambda c, s, r: _unexpected_poll(c, s, r) is not None,
+        needs=Needs(p={PStage.BOOTSTRAP, PStage.INFLIGHT}),
         crash=True)
 def p_unexpected_poll(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """The prefill scheduler reads a poll state its queue has no branch for and
@@ -435,7 +440,7 @@ def _inflight_ready(c, s, r):
     return poll in (KVPoll.Success, KVPoll.Failed)
 
 
-@action("prefill", guard=_inflight_ready, seam="prefill_inflight")
+@action("prefill", guard=_inflight_ready, needs=Needs(p={PStage.INFLIGHT}), seam="prefill_inflight")
 def p_inflight(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """P6 ``process_disagg_prefill_inflight_queue`` (pf 876/947/1005/1108/1151).
     Parked (pending bootstrap): ``handle_pending_bootstrap`` then send.  Success:

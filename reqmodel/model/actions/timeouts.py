@@ -8,15 +8,15 @@ from __future__ import annotations
 from typing import Tuple
 
 from reqmodel.model.events import AckDropped
-from reqmodel.model.actions.core import (action, CHANNEL_ARG, Ctx, Effect, Event, pranks, RANK_ARG,
-                                         set_d)
+from reqmodel.model.actions.core import (action, CHANNEL_ARG, Ctx, Effect, Event, Needs, pranks,
+                                         RANK_ARG, set_d)
 from reqmodel.model.actions.decode import do_release, resolve_held
 from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, note_ack, notify_abort,
                                               receiver_fail, receiver_poll, record_failure,
                                               room_of)
 from reqmodel.model.actions.transport import (arriving, channel_args, consume, prank_of, rank_args,
                                               rank_of)
-from reqmodel.model.state import DStage, KVPoll, PStage, State
+from reqmodel.model.state import DStage, KVPoll, MsgKind, PStage, State
 
 
 def _bootstrapping_ranks(c, s, r):
@@ -51,7 +51,8 @@ def _waiting_timeout_ranks(c, s, r):
     return rank_args(c, all_ranks(c))
 
 
-@action("decode", guard=_d_waiting_too_long, choices=_waiting_timeout_ranks, event="timeouts",
+@action("decode", guard=_d_waiting_too_long,
+        needs=Needs(d={DStage.TRANSFER}), choices=_waiting_timeout_ranks, event="timeouts",
         arg_names=RANK_ARG,
         timeout="SGLANG_DISAGGREGATION_WAITING_TIMEOUT")
 def d_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
@@ -72,7 +73,8 @@ def _ack_channels(c, s, r):
     return channel_args(c, sorted({(m.rank, m.prank) for m in arriving(s, "ack", r)}))
 
 
-@action("decode", guard=_ack_arrived, choices=_ack_channels, arg_names=CHANNEL_ARG)
+@action("decode", guard=_ack_arrived,
+        needs=Needs(msgs={MsgKind.ack}), choices=_ack_channels, arg_names=CHANNEL_ARG)
 def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """An ABORT_ACK answering request r's ABORT reaches one decode rank, behind
     every older report and ack of its prefill rank to that decode rank
@@ -100,7 +102,7 @@ def _held(c, s, r):
     return s.d[r].stage is DStage.HELD
 
 
-@action("decode", guard=_held, event="timeouts",
+@action("decode", guard=_held, needs=Needs(d={DStage.HELD}), event="timeouts",
         timeout="SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT")
 def d_deferred_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT`` (30 s): a held

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Tuple
 
 from reqmodel.model.events import Write, XferSkip
-from reqmodel.model.actions.core import action, CHANNEL_ARG, Ctx, Effect, PRANK_ARG, pranks
+from reqmodel.model.actions.core import action, CHANNEL_ARG, Ctx, Effect, Needs, PRANK_ARG, pranks
 from reqmodel.model.actions.kvmanager import (conclude, handle_abort, layout_tag,
                                               maybe_ack_drained, pop_transfer_infos, room_id,
                                               room_of, set_room, takes_chunks)
@@ -59,7 +59,9 @@ def _chunk_queued(c, s, r):
     return bool(_queued_ranks(c, s, r))
 
 
-@action("transfer", guard=_chunk_queued, choices=lambda c, s, r: prank_args(c, _queued_ranks(c, s, r)),
+@action("transfer", guard=_chunk_queued,
+        needs=Needs(msgs={MsgKind.chunk}),
+        choices=lambda c, s, r: prank_args(c, _queued_ranks(c, s, r)),
         arg_names=PRANK_ARG)
 def xfer_dequeue(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Mooncake ``transfer_worker`` (mc 1645/1838/2080/2423/2488) takes the room's
@@ -102,7 +104,9 @@ def land_write(s: State, r: int, pages: Tuple[int, ...], q: int) -> Effect:
     return replace(s, d_pages=tuple(new)), (Write(r, "transfer", pages),)
 
 
-@action("transfer", guard=_write_in_flight, choices=lambda c, s, r: prank_args(c, own_ranks(s, "write", r)),
+@action("transfer", guard=_write_in_flight,
+        needs=Needs(msgs={MsgKind.write}),
+        choices=lambda c, s, r: prank_args(c, own_ranks(s, "write", r)),
         arg_names=PRANK_ARG)
 def xfer_write(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Prefill rank q's write lands (``batch_transfer_sync``, mc 19:1760-1900) in
@@ -189,7 +193,8 @@ def _room_can_fail(c, s, r):
     return bool(_failing_ranks(c, s, r))
 
 
-@action("transfer", guard=_room_can_fail, event="transfer_failure",
+@action("transfer", guard=_room_can_fail,
+        needs=Needs(msgs={MsgKind.chunk, MsgKind.write}), event="transfer_failure",
         choices=lambda c, s, r: prank_args(c, _failing_ranks(c, s, r)), arg_names=PRANK_ARG)
 def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """A transfer failure in the Mooncake ``transfer_worker`` (mc
@@ -229,7 +234,7 @@ def _stray_write(c, s, r):
     return bool(s.msgs("stray", r))
 
 
-@action("transfer", guard=_stray_write,
+@action("transfer", guard=_stray_write, needs=Needs(msgs={MsgKind.stray}),
         choices=lambda c, s, r: prank_args(c, own_ranks(s, "stray", r)), arg_names=PRANK_ARG)
 def xfer_stray_lands(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """A write the worker gave up on (``xfer_fail``) lands in decode's pages:
@@ -243,7 +248,8 @@ def xfer_stray_lands(c: Ctx, s: State, r: int, arg=()) -> Effect:
 _abort_arrived, _abort_channels = arrival_of("abort")
 
 
-@action("prefill", guard=_abort_arrived, choices=_abort_channels, arg_names=CHANNEL_ARG)
+@action("prefill", guard=_abort_arrived,
+        needs=Needs(msgs={MsgKind.abort}), choices=_abort_channels, arg_names=CHANNEL_ARG)
 def p_recv_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Prefill rank q's bootstrap thread (mc 19:2006-2088) receives a decode
     rank's ABORT, the next message of that channel, and handles it

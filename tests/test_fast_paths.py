@@ -1,0 +1,128 @@
+"""The two shortcuts the engines take through the model (issue #27) change
+nothing they compute:
+
+- ``Needs``: an action's declared needs (its request's stages, a message of
+  its own in flight) hold in every reachable state where its guard holds, so
+  skipping the guard when they do not (``Ctx.indexed``) loses no step;
+- drafting (``state._Drafting``): an effect that builds its successor in
+  one copy, changed in place, gives the successors and events it gives with a
+  fresh copy per change.
+
+Each is checked on every reachable state of the built-in scenarios, on every
+release; the larger ones are in the slow tier (``conftest.SLOW``)."""
+import collections
+
+import pytest
+
+from reqmodel.engines import exhaustive
+from reqmodel.model import properties, releases, scenario, state
+from reqmodel.model.actions import ACTIONS, Ctx, successors
+from reqmodel.model.actions.core import Needs
+from reqmodel.model.state import DStage, MsgKind, PStage
+
+RELEASES = ("0.5.19", "0.5.20", "0.5.21", "0.5.22", "0.5.23")
+SMALL = ("incident", "two-valid", "retract-abort", "late-result-unit", "transfer-failure",
+         "optimistic-abort", "room-reuse-three", "pause-abort", "abort-reaches-decode",
+         "req-waiting-timeout", "room-concurrent", "two-rank-abort")
+LARGER = ("prefill-tp-failure", "inflight-reuse", "prefill-tp", "room-reuse",
+          "optimistic-abort-unit", "pause-abort-overlap", "auto-truncate-checksum",
+          "checksum-layouts", "optimistic-tight", "late-result")
+CASES = [(sc, rel) for sc in SMALL for rel in RELEASES]
+SLOW_CASES = [(sc, rel) for sc in LARGER for rel in RELEASES]
+
+
+def _states(sc: str, rel: str):
+    """Every reachable (canonical) state, with the context; None when the
+    scenario does not apply to the release (its size guard)."""
+    s = scenario.builtin(sc)
+    r = releases.get(rel)
+    try:
+        ex = exhaustive.explore(r, s, [p for p in properties.select([]) if not p.kind.on_graph],
+                                stop_early=False, keep_graph=False, keep_states=True)
+    except exhaustive.BoundExceeded:  # pragma: no cover - every listed case fits
+        raise
+    return Ctx(release=r, scenario=s), ex.state_of
+
+
+def _check_needs(sc: str, rel: str, held: collections.Counter) -> None:
+    ctx, states = _states(sc, rel)
+    for s in states:
+        if s.crashed():
+            continue
+        for a, r in ctx.candidates:
+            if a.guard(ctx, s, r):
+                held[a.name] += 1
+                assert a.needs is None or a.needs.holds(s, r), (
+                    f"{a.name} on r{r} is enabled without its needs {a.needs} "
+                    f"({sc}, {rel}): prefill {s.p[r].stage.name}, decode {s.d[r].stage.name}, "
+                    f"net {[(m.kind.value, m.rid) for m in s.net]}")
+
+
+@pytest.mark.parametrize("sc,rel", CASES)
+def test_no_guard_holds_without_its_needs(sc, rel):
+    _check_needs(sc, rel, collections.Counter())
+
+
+@pytest.mark.parametrize("sc,rel", SLOW_CASES)
+def test_no_guard_holds_without_its_needs_on_the_larger_scenarios(sc, rel):
+    _check_needs(sc, rel, collections.Counter())
+
+
+def test_every_declared_need_is_checked_where_its_guard_holds():
+    """The small cases reach a state where each action with needs is
+    enabled, so no declaration goes unchecked."""
+    held = collections.Counter()
+    for sc, rel in CASES:
+        _check_needs(sc, rel, held)
+    assert {a.name for a in ACTIONS if a.needs is not None and not held[a.name]} == set()
+
+
+def _check_drafting(sc: str, rel: str, monkeypatch) -> None:
+    ctx, states = _states(sc, rel)
+    drafted = [list(successors(ctx, s)) for s in states]
+    with monkeypatch.context() as m:
+        m.setattr(state._Drafting, "begin", lambda self: (self.open, self.state))  # never opens
+        fresh = [list(successors(ctx, s)) for s in states]
+    assert drafted == fresh
+    assert sum(map(len, drafted)) > len(states)
+
+
+@pytest.mark.parametrize("sc,rel", [("incident", "0.5.19"), ("retract-abort", "0.5.21"),
+                                    ("pause-abort", "0.5.22"), ("room-concurrent", "0.5.23"),
+                                    ("two-rank-abort", "0.5.20"), ("transfer-failure", "0.5.21")])
+def test_drafting_gives_the_successors_of_a_copy_per_change(sc, rel, monkeypatch):
+    _check_drafting(sc, rel, monkeypatch)
+
+
+@pytest.mark.parametrize("sc,rel", CASES + SLOW_CASES)
+def test_drafting_gives_the_successors_of_a_copy_per_change_everywhere(sc, rel, monkeypatch):
+    _check_drafting(sc, rel, monkeypatch)
+
+
+def test_a_draft_never_changes_the_state_it_was_given_nor_outlives_its_step():
+    ctx, states = _states("incident", "0.5.19")
+    for s in states[:200]:
+        before = (s.p, s.d, s.rooms, s.d_pages, s.d_slots, s.net, s.d_rooms)
+        h = hash(s)
+        for _, nxt, _ in successors(ctx, s):
+            assert nxt is not s or nxt == s
+        assert (s.p, s.d, s.rooms, s.d_pages, s.d_slots, s.net, s.d_rooms) == before
+        assert hash(s) == h
+    assert not state.DRAFTING.open and state.DRAFTING.state is None
+    # outside an effect, each change is a new state
+    s0 = states[0]
+    a = state.replace(s0, net=())
+    b = state.replace(a, net=s0.net)
+    assert a is not b and a is not s0
+
+
+def test_replace_copies_records_field_for_field():
+    import attrs
+    p = state.PrefillReq()
+    q = state.replace(p, kv_pages=3, holds_mamba=True)
+    assert q == attrs.evolve(p, kv_pages=3, holds_mamba=True) and hash(q) == hash(
+        attrs.evolve(p, kv_pages=3, holds_mamba=True))
+    m = state.replace(state.Msg("metadata", 0), kind="ack")  # a converter: through __init__
+    assert m.kind is MsgKind.ack
+    with pytest.raises(TypeError, match="no field 'nope'"):
+        state.replace(p, nope=1)
