@@ -187,6 +187,10 @@ def test_repr_key_orders_as_repr_and_canonical_forms_are_fixed_points(sc, releas
             c = symmetry.canonical(n, classes, ranks, pranks, key)
             assert c == symmetry.canonical(n, classes, ranks, pranks)
             assert symmetry.canonical(c, classes, ranks, pranks, key) == c
+            # the field-by-field order is the order of the whole strings
+            for m in (s, c, *(x for _, x, _ in succ[:3])):
+                assert symmetry.repr_less(n, m, key) == (repr(n) < repr(m))
+                assert symmetry.repr_less(m, n, key) == (repr(m) < repr(n))
             checked += 1
     assert checked > 300
     assert key.memo  # the records' reprs were shared

@@ -122,15 +122,30 @@ def canonical(s: State, classes: Tuple, ranks: int = 1, pranks: int = 1,
     if ranks < 2 and pranks < 2:
         return best
     relabel = permute_ranks if ranks >= 2 else permute_prefill_ranks
-    best_key = key(best)
     for perm in itertools.permutations(range(max(ranks, pranks))):
         if list(perm) == list(range(len(perm))):
             continue
         cand = _canonical(relabel(s, perm), classes, key)
-        cand_key = key(cand)
-        if cand_key < best_key:
-            best, best_key = cand, cand_key
+        if repr_less(cand, best, key):
+            best = cand
     return best
+
+
+def repr_less(a: State, b: State, key=repr) -> bool:
+    """``key(a) < key(b)``, the order of the states' ``repr``, without
+    building either string whole: field by field, skipping the fields the
+    two share.  Every field is a tuple, whose ``repr`` has balanced
+    parentheses, so neither of two different field strings is a prefix of
+    the other and the first field that differs decides the whole string's
+    order (tests/test_explore.py checks it against the strings)."""
+    for name in _STATE_FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        if x is y or x == y:
+            continue
+        kx, ky = key(x), key(y)
+        if kx != ky:
+            return kx < ky
+    return False
 
 
 def permute_prefill_ranks(s: State, perm: Sequence[int]) -> State:
@@ -210,7 +225,6 @@ def _canonical(s: State, classes: Tuple, key=repr) -> State:
             orders = [o + list(p) for o in orders for p in perms]
         options = [opt + [(pos, o)] for opt in options for o in orders]
     best = None
-    best_key = None
     for opt in options:
         pi = [0] * n
         for pos, order in opt:
@@ -220,9 +234,8 @@ def _canonical(s: State, classes: Tuple, key=repr) -> State:
         cand = _relabel_pages_slots(cand, key)
         if len(options) == 1:
             return cand
-        cand_key = key(cand)
-        if best_key is None or cand_key < best_key:
-            best, best_key = cand, cand_key
+        if best is None or repr_less(cand, best, key):
+            best = cand
     return best
 
 
