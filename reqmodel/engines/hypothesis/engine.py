@@ -211,7 +211,8 @@ def machine(release: Release, scenario, props: Sequence[Property],
             full: Dict[str, List[int]] = {a.name: [] for a in ACTIONS}
             timers, state = self._timers, self.state
             # nothing moves after a crash (Action.enabled)
-            for a, r in (() if state.crashed() else ctx.candidates):  # event flags checked
+            # event flags checked, and the guards' needs (Ctx.indexed)
+            for a, r in (() if state.crashed() else ctx.indexed(state)):
                 if (a.event_flag is None or (a.name, r) in timers) and a.guard(ctx, state, r):
                     full[a.name].append(r)
             due = {k: [r for r in v if self._due(k, r)] for k, v in full.items()
