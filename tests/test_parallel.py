@@ -134,3 +134,25 @@ def test_workers_is_refused_where_it_means_nothing(tmp_path, monkeypatch, capsys
     code, _, err = run(capsys, "check", "--out", str(tmp_path))
     assert code == 2 and "REQMODEL_WORKERS='many'" in err and len(err.splitlines()) == 1
     assert not list(tmp_path.iterdir())
+
+
+def test_equal_values_of_other_types_keep_their_own_field():
+    """``(False, False) == (0, 0)``: the interner, the codec between shards
+    and the Ray placement key each keep a field's values apart from another
+    field's, so ``room_slots`` stays integers and ``aborted_by_client``
+    booleans (a stored state once showed ``room_slots=(False, False)``)."""
+    from reqmodel.engines import raycluster
+    sc = scenario.builtin("room-reuse")
+    ex = exhaustive.explore(releases.get("0.5.19"), sc, SAFETY, stop_early=False,
+                            keep_graph=False, keep_states=True)
+    assert {repr(s.room_slots) for s in ex.state_of} == {"(0, 0)"}
+    assert {type(x) for s in ex.state_of for x in s.aborted_by_client} == {bool}
+    send, recv = parallel._Codec(hashes=True), parallel._Codec({}, hashes=True)
+    got = recv.unpack(send.pack([(s, i, None, False) for i, s in enumerate(ex.state_of[:300])]))
+    assert [g[0] for g in got] == ex.state_of[:300]
+    assert [repr(g[0]) for g in got] == [repr(s) for s in ex.state_of[:300]]
+    assert [hash(g[0]) for g in got] == [hash(s) for s in ex.state_of[:300]]
+    # the placement key of a state does not depend on what the process saw first
+    a, b = raycluster.StableKey(), raycluster.StableKey()
+    sample = ex.state_of[:200]
+    assert [a(s) for s in sample] == [b(s) for s in reversed(sample)][::-1]

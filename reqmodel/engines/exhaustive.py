@@ -137,18 +137,20 @@ class _Interner:
 
     The state's fields come from ``attrs.fields(State)``: a field marked
     ``intern="each"`` (the per-request and per-room records) is interned
-    element by element, every other field as one value."""
+    element by element, every other field as one value, in a table of its
+    own: ``(False, False) == (0, 0)``, and ``room_slots`` must not come back
+    as ``aborted_by_client``'s bools."""
 
     def __init__(self) -> None:
-        self.table: Dict[object, object] = {}
-        self.fields = tuple((f.name, f.metadata.get("intern") == "each")
+        self.table: Dict[object, object] = {}  # the records of "each" fields
+        self.fields = tuple((f.name, None if f.metadata.get("intern") == "each" else {})
                             for f in attrs.fields(State))
 
     def __call__(self, s: State) -> State:
         t = self.table
-        return State(*[tuple(t.setdefault(x, x) for x in getattr(s, name)) if each
-                       else t.setdefault(getattr(s, name), getattr(s, name))
-                       for name, each in self.fields])
+        return State(*[tuple([t.setdefault(x, x) for x in getattr(s, name)]) if own is None
+                       else own.setdefault(getattr(s, name), getattr(s, name))
+                       for name, own in self.fields])
 
 
 def symmetry_classes(sc: Scenario, permute_requests: bool = True) -> Tuple[Tuple, ...]:

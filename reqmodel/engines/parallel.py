@@ -36,6 +36,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import multiprocessing
+import operator
 import os
 import time
 import traceback
@@ -52,7 +53,8 @@ from reqmodel.model.actions import BY_NAME, Ctx, successors
 from reqmodel.model.properties import Property
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
-from reqmodel.model.state import State
+from reqmodel.model.state import (_HASH_CACHE, DecodeReq, DRoom, MetaSlot, Msg, Page, PrefillReq,
+                                  Room, State)
 
 FORK_AT = 500  # states in a level before the workers are forked
 _J = 1 << 20  # a tag is parent * _J + the successor's place among its parent's
@@ -126,6 +128,10 @@ class _Shard:
         want, fired, emitted = self.want_edges, self.fired, self.emitted
         out: List[list] = [[] for _ in range(n)]
         frontier, self.frontier = self.frontier, []
+        # without edges to record, a successor this shard has already sent
+        # this round is not sent again: its first sending has the least tag
+        # of the two, and the owner keeps only the least (``resolve``)
+        sent = None if want else set()
         for u, s in frontier:
             j = 0
             for j, (step, nxt, evs) in enumerate(successors(ctx, s), 1):
@@ -137,6 +143,10 @@ class _Shard:
                         emitted[e.kind] = u
                 for name in checks.on_step(s, step, evs, nxt, found):
                     found[name] = (tag, ("transition", u, step))
+                if sent is not None:
+                    if nxt in sent:
+                        continue
+                    sent.add(nxt)
                 out[place(nxt) % n].append(
                     (nxt, tag, (step.action, step.rid) if want else None,
                      want and BY_NAME[step.action].own(ctx, s, step.rid)))
@@ -213,6 +223,9 @@ class _Shard:
 
 
 _FIELDS = tuple(f.name for f in attrs.fields(State))
+_GET_FIELDS = operator.attrgetter(*_FIELDS)
+_RECORDS = frozenset({PrefillReq, DecodeReq, Room, DRoom, Page, MetaSlot, Msg})
+_set_hash = State.__dict__[_HASH_CACHE].__set__  # attrs' cache_hash slot
 
 
 class _Codec:
@@ -222,46 +235,82 @@ class _Codec:
     successor shares most of its fields with its parent, and pickling a
     record costs far more than an integer."""
 
-    def __init__(self) -> None:
-        self.fields: Dict[tuple, int] = {}  # sending end
-        self.parts: Dict[object, int] = {}
+    def __init__(self, interned: Optional[Dict[object, object]] = None,
+                 hashes: bool = False) -> None:
+        # sending end: per field, its values' places; the parts' places
+        self.fields: Tuple[Dict[tuple, int], ...] = tuple({} for _ in _FIELDS)
+        self.placed = 0  # field values placed so far (the receiver's table size)
+        self.parts: Dict[Tuple[type, object], int] = {}
         self.field_table: List[tuple] = []  # receiving end
         self.part_table: List[object] = []
+        # the receiving shard's interned values (``_Interner.table``): a
+        # received record that the shard holds already is taken as that very
+        # object, so comparing a received state with a stored one mostly
+        # meets the same objects (tuple equality tests identity first), and
+        # memory is shared.  Only records: ``0 == False``, and a field of
+        # bools must not come back as one of ints
+        self.interned = {} if interned is None else interned
+        # forked processes share ``hash``: a state's hash, computed by its
+        # sender to place it, goes along and is not computed again
+        self.hashes = hashes
 
     def pack(self, items: List[tuple]) -> tuple:
-        fields, parts, new_fields, new_parts = self.fields, self.parts, [], []
+        """New parts and fields for the receiver's tables, then each state as
+        its fields' places.  Fields and parts are keyed by value per field
+        (and per type): ``(False, False) == (0, 0)``, and ``room_slots``
+        must not be sent as ``aborted_by_client``.  Within one message a
+        field object already placed is known by its identity (a successor
+        shares most fields with its parent and siblings; the items keep every
+        object alive while the message is built)."""
+        parts, new_fields, new_parts = self.parts, [], []
+        seen: Dict[int, int] = {}
 
         def part(x) -> int:
-            i = parts.get(x)
+            key = (type(x), x)
+            i = parts.get(key)
             if i is None:
-                i = parts[x] = len(parts)
+                i = parts[key] = len(parts)
                 new_parts.append(x)
             return i
 
-        def field(x: tuple) -> int:
-            i = fields.get(x)
+        def field(table: Dict[tuple, int], x: tuple) -> int:
+            i = seen.get(id(x))
             if i is None:
-                i = fields[x] = len(fields)
-                new_fields.append(tuple([part(y) for y in x]))
+                i = table.get(x)
+                if i is None:
+                    i = table[x] = self.placed
+                    self.placed += 1
+                    new_fields.append(tuple([part(y) for y in x]))
+                seen[id(x)] = i
             return i
 
-        body = [(tuple([field(getattr(s, f)) for f in _FIELDS]), tag, inst, own)
+        tables, hashes = self.fields, self.hashes
+        body = [(tuple([field(t, x) for t, x in zip(tables, _GET_FIELDS(s))]), tag, inst, own,
+                 hash(s) if hashes else None)
                 for s, tag, inst, own in items]
         return new_parts, new_fields, body
 
     def unpack(self, msg: tuple) -> List[tuple]:
         new_parts, new_fields, body = msg
-        parts, table = self.part_table, self.field_table
-        parts.extend(new_parts)
+        parts, table, known = self.part_table, self.field_table, self.interned
+        parts.extend([known.setdefault(x, x) if type(x) in _RECORDS else x for x in new_parts])
         table.extend(tuple([parts[i] for i in f]) for f in new_fields)
-        return [(State(*[table[i] for i in enc]), tag, inst, own) for enc, tag, inst, own in body]
+        if not self.hashes:
+            return [(State(*[table[i] for i in enc]), tag, inst, own)
+                    for enc, tag, inst, own, _ in body]
+        out = []
+        for enc, tag, inst, own, h in body:
+            s = State(*[table[i] for i in enc])
+            _set_hash(s, h)
+            out.append((s, tag, inst, own))
+        return out
 
 
 def _worker(shard: _Shard, k: int, n: int, inboxes, conn) -> None:
     """One forked worker: rounds until the coordinator says stop."""
     early: List[tuple] = []  # a message of a round's second exchange that came first
-    send = [_Codec() for _ in range(n)]  # per shard sent to
-    recv = [_Codec() for _ in range(n)]  # per shard received from
+    send = [_Codec(hashes=True) for _ in range(n)]  # per shard sent to
+    recv = [_Codec(shard.intern.table, hashes=True) for _ in range(n)]  # per shard received from
 
     def exchange(out: List[list], phase: int) -> List[list]:
         """Send each other shard its list, and take theirs; the lists of the

@@ -100,15 +100,18 @@ class StableKey:
     (a tuple of records) is named by the CRC-32 of its ``repr``, memoised
     per value (a successor shares most fields with its parent, so most
     look-ups hit), and the key is the hash of those integers (integers
-    hash to themselves in every process)."""
+    hash to themselves in every process).  Each field has a memo of its own:
+    ``(False, False) == (0, 0)``, and one shared memo would name
+    ``room_slots`` by ``aborted_by_client``'s repr in one process and not in
+    another."""
 
     def __init__(self) -> None:
-        self.memo: Dict[object, int] = {}
+        self.memos: Tuple[Dict[object, int], ...] = tuple({} for _ in parallel._FIELDS)
         self.fields = operator.attrgetter(*parallel._FIELDS)
 
     def __call__(self, s: State) -> int:
-        memo, out = self.memo, []
-        for v in self.fields(s):
+        out = []
+        for memo, v in zip(self.memos, self.fields(s)):
             k = memo.get(v)
             if k is None:
                 k = memo[v] = zlib.crc32(repr(v).encode())
@@ -124,7 +127,7 @@ class Node:
         shard.place = StableKey()
         shard.keep_part(k, n)
         self.send = [parallel._Codec() for _ in range(n)]
-        self.recv = [parallel._Codec() for _ in range(n)]
+        self.recv = [parallel._Codec(shard.intern.table) for _ in range(n)]
         self.own: List[tuple] = []
         # bytes this shard sent to others, pickled (only when measured: the
         # object store pickles them again)
