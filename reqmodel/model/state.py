@@ -478,8 +478,10 @@ class _Drafting:
     Only a copy made inside the open effect is ever changed in place: the
     given state, and every state outside an effect, is never touched.  An
     effect must not keep a reference to the state it is building and read it
-    after a later change (none does: ``tests/test_replace.py`` compares every
-    step of every built-in scenario with and without drafting)."""
+    after a later change (none does: ``tests/test_fast_paths.py`` compares
+    every step of every built-in scenario with and without drafting).  One
+    drafting per process: effects run on one thread (each engine's worker is
+    a process of its own)."""
 
     __slots__ = ("open", "state")
 
