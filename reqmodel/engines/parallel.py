@@ -295,13 +295,11 @@ class _Codec:
         parts, table, known = self.part_table, self.field_table, self.interned
         parts.extend([known.setdefault(x, x) if type(x) in _RECORDS else x for x in new_parts])
         table.extend(tuple([parts[i] for i in f]) for f in new_fields)
-        if not self.hashes:
-            return [(State(*[table[i] for i in enc]), tag, inst, own)
-                    for enc, tag, inst, own, _ in body]
         out = []
         for enc, tag, inst, own, h in body:
             s = State(*[table[i] for i in enc])
-            _set_hash(s, h)
+            if h is not None:  # the sender's hash (``hashes``)
+                _set_hash(s, h)
             out.append((s, tag, inst, own))
         return out
 

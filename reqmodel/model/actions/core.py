@@ -44,8 +44,7 @@ class Ctx:
     def indexed(self, s: State) -> Tuple[Tuple["Action", int], ...]:
         """The candidates whose ``Needs`` hold in ``s``, in registry order:
         the only ones whose guard can hold (``enabled``)."""
-        key = (tuple([q.stage for q in s.p]), tuple([q.stage for q in s.d]),
-               frozenset([(m.kind, m.rid) for m in s.net]))
+        key = (tuple([q.stage for q in s.p]), tuple([q.stage for q in s.d]), in_flight(s))
         got = self._by_needs.get(key)
         if got is None:
             got = self._by_needs[key] = tuple(
@@ -91,7 +90,12 @@ class Needs:
                 and (not self.msgs or any((k, r) in net for k in self.msgs)))
 
     def holds(self, s: State, r: int) -> bool:
-        return self.met(s.p[r].stage, s.d[r].stage, frozenset((m.kind, m.rid) for m in s.net), r)
+        return self.met(s.p[r].stage, s.d[r].stage, in_flight(s), r)
+
+
+def in_flight(s: State) -> FrozenSet[Tuple[MsgKind, int]]:
+    """The (kind, request) of every message in flight, as ``Needs`` reads them."""
+    return frozenset([(m.kind, m.rid) for m in s.net])
 
 
 @attrs.frozen
