@@ -14,6 +14,10 @@ Each (scenario, release) runs in its own process so that peak RSS
     # one process against N worker processes (engines.parallel), wall time:
     python benchmarks/bench_explore.py --scenario optimistic-abort-unit --release 0.5.19 \\
         --workers 2 --repeat 3 --markdown
+    # scenario files exhausted whatever their size, the visited set as fingerprints
+    # (#27's: benchmarks/scenarios/), with what each cell found:
+    python benchmarks/bench_explore.py --scenario-file benchmarks/scenarios/reentry-two-unit.toml \
+        --fingerprints --markdown
 
 With ``--baseline`` the revision is checked out into a temporary directory
 (``git archive``) and each run alternates between the two trees, so that the
@@ -41,38 +45,51 @@ ROOT = os.path.dirname(HERE)
 
 
 def one(release: str, scenario_name: str, graph: bool, liveness: bool = True,
-        workers: int = 1) -> dict:
+        workers: int = 1, fingerprints: bool = False) -> dict:
+    """One exhausted cell; ``scenario_name`` is a built-in name or a TOML file."""
     from reqmodel.engines import exhaustive as explore
     from reqmodel.model import properties
     from reqmodel.model import releases
     from reqmodel.model import scenario
-    sc = scenario.builtin(scenario_name)
+    if scenario_name.endswith(".toml"):
+        sc = scenario.load_file(scenario_name, bounds=scenario.SAMPLED)
+        limit = {"max_states": 10**9}  # a file is here to be exhausted
+    else:
+        sc, limit = scenario.builtin(scenario_name), {}
     t0, c0 = time.perf_counter(), time.process_time()
     props = [p for p in properties.select([]) if liveness or not p.kind.on_graph]
+    if fingerprints:  # the liveness properties in their deadlock forms, as the CLI checks them
+        from reqmodel.engines.base import without_graph
+        props = without_graph(releases.get(release), sc, props)
     more = {"workers": workers} if workers > 1 else {}  # a baseline may not know the option
+    if fingerprints:
+        more["fingerprints"] = True
     ex = explore.explore(releases.get(release), sc, props, stop_early=False, keep_graph=graph,
-                         **more)
+                         **more, **limit)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter() - t0
     cpu = time.process_time() - c0 + children.ru_utime + children.ru_stime
     verdicts = {n: [v.verdict, v.trace_length] for n, v in sorted(ex.verdicts.items())}
-    return {"scenario": scenario_name, "release": release, "states": ex.states,
+    return {"scenario": sc.name, "release": release, "states": ex.states,
             "edges": ex.edges, "depth": ex.depth, "seconds": round(wall, 3),
             "cpu_seconds": round(cpu, 3),
             "states_per_s": round(ex.states / wall) if wall else None,
             "states_per_cpu_s": round(ex.states / cpu) if cpu else None,
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "workers_peak_rss_mb": round(children.ru_maxrss / 1024, 1) if workers > 1 else None,
-            "graph": graph, "liveness": liveness, "workers": workers, "verdicts": verdicts}
+            "graph": graph, "liveness": liveness, "workers": workers,
+            "fingerprints": fingerprints, "verdicts": verdicts}
 
 
 def _run(tree: str, rel: str, name: str, args, workers: int = 1) -> dict:
     cmd = [sys.executable, os.path.join(HERE, "bench_explore.py"), "--one", rel, name,
            "--workers", str(workers)]
-    if args.no_graph or args.workers > 1:
+    if args.no_graph or args.workers > 1 or args.fingerprints:
         cmd.append("--no-graph")
     if args.no_liveness:
         cmd.append("--no-liveness")
+    if args.fingerprints:
+        cmd.append("--fingerprints")
     env = dict(os.environ, PYTHONPATH=tree)
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=tree, env=env)
     return json.loads(out.stdout)
@@ -106,17 +123,27 @@ def main() -> None:
                     help="runs per tree and cell; the least CPU time is reported")
     ap.add_argument("--workers", type=int, default=1,
                     help="also run each cell over this many worker processes, alternating")
+    ap.add_argument("--scenario-file", action="append", default=[], metavar="PATH",
+                    help="a scenario TOML file to exhaust, whatever its size (repeatable; "
+                    "benchmarks/scenarios/ holds #27's); replaces --scenario")
+    ap.add_argument("--fingerprints", action="store_true",
+                    help="keep the visited set as fingerprints (one process; the liveness "
+                    "properties in their deadlock forms)")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--one", nargs=2, metavar=("RELEASE", "SCENARIO"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(one(args.one[0], args.one[1], not args.no_graph,
-                             not args.no_liveness, args.workers)))
+                             not args.no_liveness, args.workers, args.fingerprints)))
         return
     sys.path.insert(0, ROOT)
     from reqmodel.model import releases
     from reqmodel.model import scenario
     names = scenario.builtin_names() if args.scenario == "all" else args.scenario.split(",")
+    if args.scenario_file:
+        names = [os.path.abspath(f) for f in args.scenario_file]
+    if args.fingerprints and args.workers > 1:
+        ap.error("--fingerprints runs in one process: drop --workers")
     rels = list(releases.RELEASES) if args.release == "all" else args.release.split(",")
     if args.baseline and args.workers > 1:
         ap.error("--baseline and --workers measure different things: give one")
@@ -162,9 +189,11 @@ def _measure(names, rels, base, args):
 
 
 def _markdown(rows, base, args) -> None:
+    live = "off" if args.no_liveness else "deadlock forms" if args.fingerprints else "on"
     print(f"Machine: {platform.machine()}, Python {platform.python_version()}, "
-          f"graph {'off' if args.no_graph or args.workers > 1 else 'on'}, "
-          f"liveness {'off' if args.no_liveness else 'on'}, best of {args.repeat}\n")
+          f"graph {'off' if args.no_graph or args.workers > 1 or args.fingerprints else 'on'}, "
+          f"liveness {live}"
+          f"{', fingerprints' if args.fingerprints else ''}, best of {args.repeat}\n")
     if args.workers > 1:
         print(f"| scenario | release | distinct states | wall s (1 process) | "
               f"wall s ({args.workers} workers) | wall speed-up | CPU s (1 / {args.workers}) | "
@@ -188,13 +217,17 @@ def _markdown(rows, base, args) -> None:
                   f"{r['speedup']}x | {'yes' if r['same'] else 'NO'} | "
                   f"{b['peak_rss_mb']} / {r['peak_rss_mb']} |")
     else:
-        print("| scenario | release | distinct states | edges | depth | wall s | "
-              "states/CPU s | peak RSS MB |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|")
+        files = bool(args.scenario_file)  # then each row also says what it found
+        print("| scenario | release | distinct states | edges | depth | wall s | CPU s | "
+              "states/CPU s | peak RSS MB |" + (" violated (trace steps) |" if files else ""))
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|" + ("---|" if files else ""))
         for r in rows:
+            broken = ", ".join(f"{n} ({v[1]})" for n, v in r["verdicts"].items()
+                               if v[0] == "violated") or "none"
             print(f"| {r['scenario']} | {r['release']} | {r['states']:,} | {r['edges']:,} | "
-                  f"{r['depth']} | {r['seconds']:.2f} | {r['states_per_cpu_s']:,} | "
-                  f"{r['peak_rss_mb']} |")
+                  f"{r['depth']} | {r['seconds']:.2f} | {r['cpu_seconds']:.1f} | "
+                  f"{r['states_per_cpu_s']:,} | {r['peak_rss_mb']} |"
+                  + (f" {broken} |" if files else ""))
         total = sum(r["seconds"] for r in rows if r["scenario"] == "incident")
         if total:
             print(f"\nDefault scenario (incident), all releases: {total:.2f} s in total.")

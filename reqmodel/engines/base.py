@@ -159,6 +159,19 @@ def refuse_large(scenario: Scenario, max_states: int = DEFAULT_MAX_STATES,
                                "ranks, or --engine hypothesis")
 
 
+def without_graph(release: Release, scenario: Scenario, props: Sequence[Property]
+                  ) -> List[Property]:
+    """``props`` for a search that keeps no graph: each liveness property
+    (``Kind.on_graph``) that applies and has a partial form is given as
+    that form, a state predicate under the property's own name, after the
+    others; the other liveness properties are left out."""
+    ctx = Ctx(release, scenario)
+    return [p for p in props if not p.kind.on_graph] + [
+        attrs.evolve(p, kind=Kind.ALWAYS, state=p.state_check(ctx))
+        for p in props if p.kind.on_graph and p.partial is not None
+        and p.applies(release, scenario)]
+
+
 def partial_forms(engine, release: Release, scenario: Scenario, props: Sequence[Property], check
                   ) -> List[Result]:
     """``check(props)`` for an engine that sees no state graph: a liveness
@@ -166,12 +179,7 @@ def partial_forms(engine, release: Release, scenario: Scenario, props: Sequence[
     predicate, when it has one, and reported ``violated`` when that breaks
     (a deadlock is a violation of the whole property too); otherwise it is
     ``not-applicable`` with the property's own one-line reason."""
-    ctx = Ctx(release, scenario)
-    plain = [p for p in props if not p.kind.on_graph]
-    stand_in = {p.name: attrs.evolve(p, kind=Kind.ALWAYS, state=p.state_check(ctx))
-                for p in props if p.kind.on_graph and p.partial is not None
-                and p.applies(release, scenario)}
-    got = {r.property: r for r in check(plain + list(stand_in.values()))}
+    got = {r.property: r for r in check(without_graph(release, scenario, props))}
     out = []
     for p in props:
         r = got.get(p.name)
