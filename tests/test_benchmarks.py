@@ -36,6 +36,30 @@ def test_bench_explore_with_workers_finds_the_same_states_and_verdicts():
     assert row["parallel"]["seconds"] > 0 and row["speedup"] > 0
 
 
+def test_bench_explore_exhausts_a_scenario_file_with_fingerprints():
+    # the incident's file: with fingerprints the liveness properties are
+    # checked in their deadlock forms, and 0.5.23 breaks that of
+    # answered-without-timeout (as `reqmodel check --fingerprints` says)
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_explore.py"),
+                          "--scenario-file", str(ROOT / "reqmodel" / "scenarios" / "incident.toml"),
+                          "--release", "0.5.19,0.5.23", "--fingerprints", "--markdown"],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    assert "fingerprints" in out.splitlines()[0]
+    rows = {r[2].strip(): r for r in (line.split("|") for line in out.splitlines()
+                                      if line.startswith("| incident"))}
+    assert rows["0.5.19"][3].strip() == "1,010"
+    assert "no-foreign-kv-read (29)" in rows["0.5.19"][10]
+    assert rows["0.5.23"][10].strip() == "answered-without-timeout (22)"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "benchmarks" / "scenarios").glob("*.toml")),
+                         ids=lambda p: p.stem)
+def test_benchmark_scenario_files_load_within_the_hard_bounds(path):
+    from reqmodel.model import scenario
+    sc = scenario.load_file(str(path))  # the exhaustive engine's bounds
+    assert sc.name == path.stem
+
+
 def test_memory_benchmark_measures_each_mode():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "memory.py"),
                           "--scenario", "incident", "--release", "0.5.19"],
