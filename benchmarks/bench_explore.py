@@ -51,21 +51,20 @@ def one(release: str, scenario_name: str, graph: bool, liveness: bool = True,
     from reqmodel.model import properties
     from reqmodel.model import releases
     from reqmodel.model import scenario
-    if scenario_name.endswith(".toml"):
-        sc = scenario.load_file(scenario_name, bounds=scenario.SAMPLED)
-        limit = {"max_states": 10**9}  # a file is here to be exhausted
+    more = {"workers": workers} if workers > 1 else {}  # a baseline may not know the option
+    if scenario_name.endswith(".toml"):  # within the engine's hard bounds, as the CLI loads it
+        sc = scenario.load_file(scenario_name)
+        more["max_states"] = 10**9  # a file is here to be exhausted
     else:
-        sc, limit = scenario.builtin(scenario_name), {}
+        sc = scenario.builtin(scenario_name)
     t0, c0 = time.perf_counter(), time.process_time()
     props = [p for p in properties.select([]) if liveness or not p.kind.on_graph]
     if fingerprints:  # the liveness properties in their deadlock forms, as the CLI checks them
         from reqmodel.engines.base import without_graph
         props = without_graph(releases.get(release), sc, props)
-    more = {"workers": workers} if workers > 1 else {}  # a baseline may not know the option
-    if fingerprints:
         more["fingerprints"] = True
     ex = explore.explore(releases.get(release), sc, props, stop_early=False, keep_graph=graph,
-                         **more, **limit)
+                         **more)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter() - t0
     cpu = time.process_time() - c0 + children.ru_utime + children.ru_stime
@@ -84,7 +83,7 @@ def one(release: str, scenario_name: str, graph: bool, liveness: bool = True,
 def _run(tree: str, rel: str, name: str, args, workers: int = 1) -> dict:
     cmd = [sys.executable, os.path.join(HERE, "bench_explore.py"), "--one", rel, name,
            "--workers", str(workers)]
-    if args.no_graph or args.workers > 1 or args.fingerprints:
+    if not _graph(args):
         cmd.append("--no-graph")
     if args.no_liveness:
         cmd.append("--no-liveness")
@@ -93,6 +92,12 @@ def _run(tree: str, rel: str, name: str, args, workers: int = 1) -> dict:
     env = dict(os.environ, PYTHONPATH=tree)
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=tree, env=env)
     return json.loads(out.stdout)
+
+
+def _graph(args) -> bool:
+    """Whether the runs keep the networkx graph: neither the parallel engine
+    nor the fingerprint mode keeps one."""
+    return not (args.no_graph or args.workers > 1 or args.fingerprints)
 
 
 def _checkout(rev: str) -> str:
@@ -191,7 +196,7 @@ def _measure(names, rels, base, args):
 def _markdown(rows, base, args) -> None:
     live = "off" if args.no_liveness else "deadlock forms" if args.fingerprints else "on"
     print(f"Machine: {platform.machine()}, Python {platform.python_version()}, "
-          f"graph {'off' if args.no_graph or args.workers > 1 or args.fingerprints else 'on'}, "
+          f"graph {'on' if _graph(args) else 'off'}, "
           f"liveness {live}"
           f"{', fingerprints' if args.fingerprints else ''}, best of {args.repeat}\n")
     if args.workers > 1:

@@ -26,8 +26,7 @@ LARGER = ("prefill-tp-failure", "inflight-reuse", "prefill-tp", "room-reuse",
           "optimistic-abort-unit", "pause-abort-overlap", "auto-truncate-checksum",
           "checksum-layouts", "optimistic-tight", "late-result")
 # every other built-in scenario the exhaustive engine takes (under 3,600 states)
-SMALL = tuple(n for n in scenario.builtin_names()
-              if n not in scenario.large_names() and n not in LARGER)
+SMALL = tuple(n for n in scenario.builtin_names() if n not in LARGER)
 # the four largest (18,000-88,000 states a release) on one release each
 LARGEST = ("optimistic-abort-unit", "room-reuse", "prefill-tp", "inflight-reuse")
 CASES = [(sc, rel) for sc in SMALL for rel in RELEASES]
