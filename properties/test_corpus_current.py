@@ -11,10 +11,8 @@ import pathlib
 
 import pytest
 
-from reqmodel.engines import exhaustive as explore
 from reqmodel.traces import itf
 from reqmodel.model import properties
-from reqmodel.model import releases
 from reqmodel.model import scenario
 
 from verdict_table import ESTABLISHED, REFERENCE, RELEASES

@@ -131,6 +131,16 @@ NOT_FOUND_BY_CI = {
        for cell in (("commit-after-all-ranks", "room-reuse", "0.5.20"),
                     ("no-foreign-kv-read", "room-reuse", "0.5.20"),
                     ("no-reuse-during-inflight-write", "room-reuse-three", "0.5.23"))},
+    # Issue #27's seventh step: the scenario retract-late-write.  Its foreign
+    # read needs an abort, a retraction and a resume between a write's
+    # dequeue and its landing (31-32 steps), and from 0.5.21 the in-flight
+    # reuse needs the deferral timeout first; the ci profile's draws find
+    # neither (measured: pytest -m "slow or not slow" properties/test_hypothesis.py
+    # -k retract-late-write on this stop; per-run rates not measured)
+    **{cell: "a write racing an abort, a retraction and a resume: missed by the ci profile"
+       for cell in ([("no-foreign-kv-read", "retract-late-write", rel) for rel in RELEASES]
+                    + [("no-reuse-during-inflight-write", "retract-late-write", rel)
+                       for rel in ("0.5.21", "0.5.22")])},
 }
 # the liveness cells are decided on the whole graph; the Hypothesis engine
 # checks only their deadlock form (tests/test_liveness.py)

@@ -75,6 +75,17 @@ ESTABLISHED = {
     ("no-foreign-kv-read", "inflight-reuse"): ["F28", "F28", "F29", "F29", "F29"],
     ("pending-abort-not-overwritten", "inflight-reuse"): ["F13", "H", "H", "H", "H"],
     ("valid-request-completes", "inflight-reuse"): ["R16", "R16", "R16", "R16", "R16"],
+    # ... on one prefill instance, into a request that decode retracted and
+    # resumed into the aborted request's freed page, its KV restored from host
+    # (issue #27, seventh step); the commits wait while a request is retracted
+    ("no-foreign-kv-read", "retract-late-write"): ["F31", "F31", "F32", "F32", "F32"],
+    ("no-reuse-during-inflight-write", "retract-late-write"): ["F16", "F16", "F17", "F17", "F17"],
+    ("pending-abort-not-overwritten", "retract-late-write"): ["F13", "H", "H", "H", "H"],
+    ("client-abort-honoured", "retract-late-write"): ["F13", "H", "H", "H", "H"],
+    ("room-state-released", "retract-late-write"): ["F11", "F11", "F12", "F12", "F12"],
+    ("answered-without-timeout", "retract-late-write"): ["H", "H", "H", "H", "H"],
+    ("abort-released-without-timeout", "retract-late-write"): ["H", "H", "H", "H", "H"],
+    ("reentry-can-resume", "retract-late-write"): ["R19", "R19", "R19", "R19", "R19"],
     # 0.5.19's update_status lets a later state replace Failed (cc 19:365-380)
     ("transfer-status-monotone", "inflight-reuse"): ["F7", "H", "H", "H", "H"],
     ("transfer-status-monotone", "late-result"): ["F7", "H", "H", "H", "H"],
@@ -83,6 +94,7 @@ ESTABLISHED = {
     ("transfer-status-monotone", "optimistic-abort-unit"): ["F7", "H", "H", "H", "H"],
     ("transfer-status-monotone", "pause-abort"): ["F7", "H", "H", "H", "H"],
     ("transfer-status-monotone", "retract-abort"): ["F7", "H", "H", "H", "H"],
+    ("transfer-status-monotone", "retract-late-write"): ["F7", "H", "H", "H", "H"],
     ("transfer-status-monotone", "transfer-failure"): ["H", "H", "H", "H", "H"],
     ("transfer-status-monotone", "incident"): ["H", "H", "H", "H", "H"],
     # decode commits metadata that covers fewer pages than it reserved: no

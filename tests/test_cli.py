@@ -64,7 +64,7 @@ def test_json_output_schema(tmp_path):
     (["check", "--scenario-file", "missing.toml"], "no such scenario file"),
     (["check", "--frobnicate"], "No such option"),
     (["check", "--max-states", "10"], "more than --max-states 10 even at the low end"),
-    (["check", "--max-states", "40"], "more than 40 distinct states"),
+    (["check", "--max-states", "60"], "more than 60 distinct states"),
     (["check", "--engine", "z3", "--depth", "0"], "--depth must be 1 to 60"),
     (["check", "--engine", "z3", "--depth", "500"], "--depth must be 1 to 60"),
     (["check", "--depth", "5"], "--depth is for --engine z3"),

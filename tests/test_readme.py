@@ -73,15 +73,22 @@ def test_the_audit_section_states_what_the_audit_prints(tmp_path):
                    for g in data["gates"] if g["gate"] == "pool-context" for f in g["findings"])
     assert f"prompts of {lo:,} to {hi:,} tokens" in why
     assert f"{limit:,}" in why
-    m = figure(r"\*\*admission and transfer-read (\w+)\*\* on 0\.5\.22 \(both (\w+) on 0\.5\.19, "
-               r"with the incident's (\d+)-step trace\), \*\*lifetime (\w+)s\*\*")
-    assert verdict["admission"] == verdict["transfer-read"] == m.group(1)
-    assert verdict["lifetime"] == m.group(4)
+    m = figure(r"\*\*admission (\w+)es\*\* and \*\*transfer-read (\w+)s\*\* on 0\.5\.22 "
+               r"\(both (\w+) on 0\.5\.19, with the incident's (\d+)-step trace; the "
+               r"warning: a KV write that outlives the 30 s deferral timeout can land in the "
+               r"pages of a request decode resumes from a memory retraction\), "
+               r"\*\*lifetime (\w+)s\*\*")
+    assert verdict["admission"] == m.group(1)
+    assert verdict["transfer-read"] == m.group(2)
+    assert verdict["lifetime"] == m.group(5)
+    read = next(g for g in data["gates"] if g["gate"] == "transfer-read")
+    assert {f.get("finding") for f in read["findings"] if f["verdict"] == "warn"} == {
+        "late-write-into-resumed-request"}
     k = args.index("--release")
     args[k + 1] = "0.5.19"
     old = json.loads(run(*args, "--out", "out19", "--json", cwd=tmp_path).stdout)
     verdict19 = {g["gate"]: g["verdict"] for g in old["gates"]}
-    assert verdict19["admission"] == verdict19["transfer-read"] == m.group(2)
+    assert verdict19["admission"] == verdict19["transfer-read"] == m.group(3)
     lengths = {f.get("trace_length") for g in old["gates"] if g["gate"] == "transfer-read"
                for f in g["findings"] if f.get("property") == "no-foreign-kv-read"}
-    assert _number(m.group(3)) in lengths
+    assert _number(m.group(4)) in lengths

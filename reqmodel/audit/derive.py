@@ -180,6 +180,10 @@ def traffic_probes(rel: Release, p: Role, d: Role, st: Settings,
         _from_builtin("retract-abort", "retract-abort",
                       "decode retracts a running request under memory pressure while its client "
                       "aborts", st),
+        _from_builtin("retract-late-write", "retract-late-write",
+                      "decode retracts a running request under memory pressure while another "
+                      "request's client aborts with prefill's write to it in flight; the first "
+                      "resumes into whichever pages are free", st),
     ]
     notes: List[str] = []
     if d.attn_tp > p.attn_tp:

@@ -356,6 +356,7 @@ class Rig:
         self.sent_by: Dict[int, tuple] = {}  # requests answered by an abort echo
         self.d_rejected = [False] * self.n
         self.d_gone: set = set()
+        self.d_retracting: set = set()  # retracted, not yet back at decode's door
         self.p_inbox: List[List[bytes]] = []
         self.d_inbox: List[List[bytes]] = []
         self._prefill(cfg)
@@ -428,6 +429,9 @@ class Rig:
         s.batch_result_processor = mock.MagicMock()
         s.spec_algorithm = types.SimpleNamespace(is_none=lambda: True, is_eagle=lambda: False)
         s.kv_checksum_computer = None
+        # 0.5.23's resume waits for the forward stream before its restore
+        # (dc 23:1082-1087): a GPU stream order, and the rig runs no forward
+        s.enable_overlap = False
         tq = adapter.transfer_queue(s, d["metadata_buffers"], cfg["deferred"])
         tq.metadata_buffers = self.d_meta
         tq._skipped_checksum_signatures = set()
@@ -587,8 +591,48 @@ class Rig:
         self.seen_p[r] = True
 
     def d_door(self, r, params):
-        self.d_queue.add(self.d_req[r], is_retracted=False)
+        retracted = r in self.d_retracting
+        self.d_retracting.discard(r)
+        self.d_queue.add(self.d_req[r], is_retracted=retracted)
         self.seen_d[r] = True
+
+    def d_retract(self, r, params):
+        """R1 memory retract on the real request: ``release_req`` frees its
+        KV and runs ``reset_for_retract``, without the host copy
+        (``offload_kv=False``: the copy needs a real KV cache, which the
+        rig's pools are not; ``d_resume`` writes the request's own bytes back
+        as the restore would).  ``_add_request_to_queue(is_retracted=True)``
+        is the next step, ``d_door``."""
+        req = self.d_req[r]
+        if req not in self.d_sched.running_batch.reqs:
+            raise Diverged("the request is not running on decode")
+        self.d_sched.running_batch.reqs.remove(req)
+        with mock.patch.object(sb, "release_kv_cache", self._d_release, create=True):
+            sb.release_req(req=req, remaing_req_count=0,
+                           req_to_token_pool=self.d_pool.req_to_token_pool,
+                           token_to_kv_pool_allocator=self.d_pool.allocator,
+                           tree_cache=self.d_sched.tree_cache, hisparse_coordinator=None,
+                           offload_kv=False)
+        self.d_retracting.add(r)
+
+    def d_resume(self, r, params):
+        """R5: the real ``resume_retracted_reqs`` (its budgets, ``_pre_alloc``
+        on the real allocator, the trace's pages first); its restore of the
+        host copy writes the request's own bytes into the new pages."""
+        req = self.d_req[r]
+        self._choose_pages(self.d_pool, params.get("pages"))
+        name = "restore_kv_cache" if hasattr(dc, "restore_kv_cache") else "retraction_restore"
+
+        def restore(req, *args, **kwargs):
+            mark = self._rid_of(req, "d") + 1
+            for pg in self.d_pool.model_pages(req):
+                self.d_pool.k[(pg + 1) * PAGE:(pg + 2) * PAGE] = mark
+                self.d_pool.v[(pg + 1) * PAGE:(pg + 2) * PAGE] = mark
+        with mock.patch.object(dc, name, restore):
+            resumed = self.d_queue.resume_retracted_reqs()
+        self.d_sched.waiting_queue.extend(resumed)  # the event loop's glue
+        if req not in resumed:
+            raise Diverged("resume_retracted_reqs did not resume it")
 
     def _only(self, queue_owner, attr, match):
         """Run a whole-queue scan on the stepped request alone (the model
@@ -921,6 +965,8 @@ class Rig:
             return "waiting"
         if req in self.d_sched.running_batch.reqs:
             return "running"
+        if r in self.d_retracting:
+            return "door"
         return "gone" if self.seen_d[r] else "door"
 
     def final(self, landed: List[int]) -> Dict[str, Any]:
@@ -1096,7 +1142,7 @@ STEPS = ("p_intake", "d_intake", "p_door", "d_door", "d_prealloc", "p_recv_metad
          "xfer_write", "d_recv_status", "d_transferred", "d_attend", "d_respond",
          "p_abort", "d_abort", "p_recv_abort", "d_recv_ack", "d_poll_popped_room",
          "d_unexpected_poll", "p_unexpected_poll", "d_prealloc_drop", "d_deferred_timeout",
-         "p_req_waiting_timeout", "xfer_fail", "xfer_stray_lands")
+         "p_req_waiting_timeout", "xfer_fail", "xfer_stray_lands", "d_retract", "d_resume")
 
 
 def replay(trace: Dict[str, Any]) -> Dict[str, Any]:

@@ -20,11 +20,17 @@ class KVChecksum:
     ``from_prefix``: the digest starts at decode's radix prefix
     (``disagg_decode_prefix_len``, 0.5.23) instead of the prompt's first page
     (0.5.21/0.5.22); ``needs_matching_layouts``: decode skips the check when
-    the two workers' KV layouts differ (0.5.23's layout-signature check)."""
+    the two workers' KV layouts differ (0.5.23's layout-signature check);
+    ``once``: decode zeroes ``expected_kv_checksum`` when it verifies (dc
+    23:3307-3310, "Verified once"), where 0.5.21/0.5.22 keep it (set only at
+    the commit, dc 21:2409, 22:2512) and verify it again each time the
+    request enters a prebuilt batch: after a resume from retraction too (dc
+    21:3030-3049, 22:3194)."""
 
     name: str
     from_prefix: bool
     needs_matching_layouts: bool
+    once: bool
 
     def start(self, prefix: int) -> int:
         """The first page of the range the digest covers."""
@@ -37,8 +43,8 @@ class KVChecksum:
                                                 or not self.needs_matching_layouts)
 
 
-PROMPT = KVChecksum("prompt", from_prefix=False, needs_matching_layouts=False)
-SUFFIX = KVChecksum("suffix", from_prefix=True, needs_matching_layouts=True)
+PROMPT = KVChecksum("prompt", from_prefix=False, needs_matching_layouts=False, once=False)
+SUFFIX = KVChecksum("suffix", from_prefix=True, needs_matching_layouts=True, once=True)
 CHECKSUMS = {c.name: c for c in (PROMPT, SUFFIX)}
 
 

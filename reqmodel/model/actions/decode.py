@@ -12,7 +12,8 @@ from reqmodel.model.events import (AckRelease, Acquire, Commit, CorruptionAbort,
                                    Prealloc, RankRelease, Read, Release, StatusDropped,
                                    poll_key_error)
 from reqmodel.model.actions.core import action, Ctx, Effect, Needs, PRANK_ARG, set_d
-from reqmodel.model.actions.dpool import page_choices, retracted_reserve, slot_choices
+from reqmodel.model.actions.dpool import (page_choices, retracted_reserve, retracted_waiting,
+                                          slot_choices)
 from reqmodel.model.actions.kvmanager import (all_ranks, apply_report, d_room_of, layout_tag,
                                               notify_abort, receiver_clear, receiver_init,
                                               receiver_poll, release_safe, room_id, set_d_room)
@@ -71,7 +72,7 @@ def _scanned(c: Ctx, s: State, r: int) -> bool:
 
 def _prealloc_drop(c, s, r):
     return (s.d[r].stage is DStage.PREALLOC and _scanned(c, s, r)
-            and handshake_raises(c, s) is None)
+            and not retracted_waiting(s) and handshake_raises(c, s) is None)
 
 
 @action("decode", guard=_prealloc_drop, needs=Needs(d={DStage.PREALLOC}))
@@ -80,7 +81,8 @@ def d_prealloc_drop(c: Ctx, s: State, r: int, arg=()) -> Effect:
     the ``prealloc_scan`` guard point drops, or whose receiver polled Failed
     (``prepare_abort``), is streamed and its receiver cleared.  The scan runs
     after the handshake (dc 19:1094, 23:1347): when that raises, nothing is
-    dropped (``handshake_raises``)."""
+    dropped (``handshake_raises``), nor while a request waits retracted
+    (``retracted_waiting``)."""
     req = s.d[r]
     reason = req.finished_reason if (req.finished_reason and req.finished_reason.is_abort) else ABORT_500
     s = set_d(receiver_clear(c, s, r), r, stage=DStage.GONE, finished_reason=reason,
@@ -121,7 +123,7 @@ def _handshake_sees_success(c, s, r):
     req = s.d[r]
     return (req.stage is DStage.PREALLOC and req.has_receiver
             and receiver_poll(c, s, r) in (KVPoll.Transferring, KVPoll.Success)
-            and handshake_raises(c, s) == "ValueError")
+            and not retracted_waiting(s) and handshake_raises(c, s) == "ValueError")
 
 
 def handshake_raises(c: Ctx, s: State) -> Optional[str]:
@@ -150,7 +152,9 @@ def d_unexpected_poll(c: Ctx, s: State, r: int, arg=()) -> Effect:
     reads Success when another request of its room has it on decode's
     ``request_status[room]``: ``update_status`` keeps the larger state, so a
     new receiver's Bootstrapping and WaitingForInput do not lower it (cc
-    19:365-380, 21:415-433).  The run ends here (``State.crashed``)."""
+    19:365-380, 21:415-433).  ``pop_preallocated`` does not run while a
+    request waits retracted (``retracted_waiting``).  The run ends here
+    (``State.crashed``)."""
     poll = receiver_poll(c, s, r)
     s = set_d(s, r, receiver_state=KVPoll.Failed, crashed=True)
     return s, (Crash(r, "decode", "ValueError", "_update_handshake_waiters",
@@ -163,10 +167,12 @@ def _can_prealloc(c, s, r):
     21:1348): on 0.5.19, if its room has since reached Success on decode and
     the handshake skipped its poll, it goes on to the transfer queue, which
     commits on that Success.  Nothing is preallocated when the handshake
-    raises (``handshake_raises``), which ``pop_preallocated`` runs first."""
+    raises (``handshake_raises``), which ``pop_preallocated`` runs first, and
+    nothing while a request waits retracted (``retracted_waiting``)."""
     req = s.d[r]
     # the cheap tests first: the handshake and slot passes scan the state
     return (req.stage is DStage.PREALLOC and req.receiver_state is KVPoll.WaitingForInput
+            and not retracted_waiting(s)
             and len(s.free_d_pages()) - retracted_reserve(s)
             >= _prealloc_need(c, req, 1 if _radix_hit_possible(c, req) else 0)
             and not _scanned(c, s, r) and handshake_raises(c, s) is None
@@ -294,8 +300,8 @@ def transfer_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
 
 
 def _transferred_ready(c, s, r):
-    return s.d[r].stage is DStage.TRANSFER and transfer_poll(c, s, r) in (KVPoll.Success,
-                                                                          KVPoll.Failed)
+    return (s.d[r].stage is DStage.TRANSFER and not retracted_waiting(s)
+            and transfer_poll(c, s, r) in (KVPoll.Success, KVPoll.Failed))
 
 
 @action("decode", guard=_transferred_ready, needs=Needs(d={DStage.TRANSFER}), seam="decode_commit")
@@ -308,7 +314,8 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     slot freed.
     Failed: ``failure_exception()`` (which clears the room's status entry),
     ``prepare_abort(500)``, stream, then release now or hold until the drain
-    ack (§5.5)."""
+    ack (§5.5).  Not while a request waits retracted: ``process_decode_queue``
+    returns before ``pop_transferred`` (``retracted_waiting``)."""
     req = s.d[r]
     if transfer_poll(c, s, r) == KVPoll.Success:
         counted = d_room_of(c, s, r).responded
@@ -363,7 +370,7 @@ def _status_popped(c, s, r):
     polls (``handshake_raises``: 0.5.19 skips the poll while every entry waits
     and none concluded Failed, dc 19:871-879)."""
     req = s.d[r]
-    if not req.has_receiver or receiver_poll(c, s, r) is not None:
+    if not req.has_receiver or receiver_poll(c, s, r) is not None or retracted_waiting(s):
         return False
     return req.stage is DStage.TRANSFER or (req.stage is DStage.PREALLOC
                                             and handshake_raises(c, s) == "KeyError")
@@ -377,7 +384,8 @@ def d_poll_popped_room(c: Ctx, s: State, r: int, arg=()) -> Effect:
     ``request_status[room]`` (cc 19:362-363 ... 23:608-609) and raises
     KeyError, which neither ``pop_preallocated`` nor ``pop_transferred``
     catches (``poll_and_all_reduce``, utils 19:205-212): the decode
-    scheduler's loop dies.  The run ends here (``State.crashed``);
+    scheduler's loop dies.  Neither runs while a request waits retracted
+    (``retracted_waiting``).  The run ends here (``State.crashed``);
     ``no-poll-of-popped-room`` flags it."""
     s = set_d(s, r, receiver_state=KVPoll.Failed, crashed=True)
     return s, (poll_key_error(r, "decode"),)
@@ -401,7 +409,9 @@ def _prebuilt_ready(c, s, r):
 def d_attend(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """D4 ``get_new_prebuilt_batch`` (dc 2592/2679/3023/3168/3273): 0.5.21+
     ``_verify_kv_checksums`` first when D expects a digest, then the decode
-    forward attends over every page of the reserved range."""
+    forward attends over every page of the reserved range.  The digest is
+    kept for the next prebuilt batch (a resume) unless the release verifies
+    once (``KVChecksum.once``)."""
     req = s.d[r]
     if req.expected_checksum is not None and _d_digest(c, s, r) != req.expected_checksum:
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=ABORT_500,
@@ -409,7 +419,8 @@ def d_attend(c: Ctx, s: State, r: int, arg=()) -> Effect:
         s, evs = stream_d(s, r, 500)
         return s, (CorruptionAbort(r, "decode", "checksum"),) + evs
     foreign = tuple(p for p in req.pages if s.d_pages[p].foreign_to(r))
-    s = set_d(s, r, stage=DStage.RUNNING, expected_checksum=None,
+    once = c.release.checksum is None or c.release.checksum.once
+    s = set_d(s, r, stage=DStage.RUNNING, expected_checksum=None if once else req.expected_checksum,
               read_foreign=req.read_foreign or bool(foreign))
     return s, (Read(r, "decode", foreign),)
 
