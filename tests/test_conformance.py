@@ -35,8 +35,12 @@ def _shared_explorations(explored):
 
 def shared_states(rel):
     """Every reachable state of a built-in scenario, from the shared
-    (exhaustive) exploration."""
-    return lambda name: _EXPLORED(rel, name).state_of
+    (exhaustive) exploration.  Under xdist the shared copies leave the states
+    out (root conftest.py): the states are then explored here."""
+    def states_of(name):
+        kept = _EXPLORED(rel, name).state_of
+        return kept if kept is not None else cases_mod.reachable_states(releases.get(rel), name)
+    return states_of
 
 
 @functools.lru_cache(maxsize=None)
