@@ -166,7 +166,12 @@ def test_auto_truncate_with_the_checksum_on_both_roles_does_not_fail(tmp_path, r
     data = audit(tmp_path, release, AT_P + CK, AT_D + CK)
     read = gate(data, "transfer-read")
     assert read["verdict"] != "fail"
-    assert "no-foreign-kv-read" not in props(read)
+    # the truncated prompt's read is caught; on 0.5.23 (checked once) the
+    # late write into a resumed request is not (a warning: after 30 s)
+    reads = {(f.get("finding"), f["verdict"]) for f in read["findings"]
+             if f["property"] == "no-foreign-kv-read"}
+    assert reads == ({("late-write-into-resumed-request", "warn")} if release == "0.5.23"
+                     else set())
     check = next(f for f in read["findings"] if f["property"] == "checksum-protects")
     assert check["verdict"] == "pass"
 

@@ -35,8 +35,12 @@ def _shared_explorations(explored):
 
 def shared_states(rel):
     """Every reachable state of a built-in scenario, from the shared
-    (exhaustive) exploration."""
-    return lambda name: _EXPLORED(rel, name).state_of
+    (exhaustive) exploration.  Under xdist the shared copies leave the states
+    out (root conftest.py): the states are then explored here."""
+    def states_of(name):
+        kept = _EXPLORED(rel, name).state_of
+        return kept if kept is not None else cases_mod.reachable_states(releases.get(rel), name)
+    return states_of
 
 
 @functools.lru_cache(maxsize=None)
@@ -197,22 +201,17 @@ def test_decode_prealloc_has_a_hundred_cases_on_every_branch(rel):
     assert any(len(i["entries"]) > 1 for i, _ in got), rel
 
 
-def test_retracted_requests_hold_back_the_prealloc_budget():
-    """Found by the decode_prealloc seam: the real budget
-    (_allocatable_token_budgets(count_retracted=True)) keeps every retracted
-    request's pages, so a request that fits the free pages can wait."""
-    held_back = []
-    for rel in RELEASES:
-        obs = observed_by_inputs(rel)
-        for c in model_cases(rel):
-            i = json.loads(c.inputs)
-            if c.seam != "decode_prealloc" or not i["retracted"] or obs[c.inputs]["crash"]:
-                continue
-            need = cases_mod.pages(i["entries"][0]["tokens"])
-            if (need <= len(i["free_pages"]) and i["free_slots"]
-                    and i["entries"][0]["waiting"] and 0 not in obs[c.inputs]["dropped"]):
-                held_back.append(obs[c.inputs]["preallocated"])
-    assert False in held_back, held_back
+def test_no_prealloc_case_while_a_request_waits_retracted():
+    """process_decode_queue returns before pop_preallocated while the
+    retracted queue is not empty (dc 20:2769-2771), so the seam has no case
+    with a retracted request (issue #27's seventh step). The real budget's
+    hold for retracted requests (_allocatable_token_budgets(count_retracted=
+    True), which the seam found) is thereby 0 wherever the model scans; it
+    matters on the pipeline-parallel loop, which is not modelled."""
+    got = [json.loads(c.inputs) for rel in RELEASES for c in model_cases(rel)
+           if c.seam == "decode_prealloc"]
+    assert len(got) >= 100
+    assert not any(i["retracted"] for i in got)
 
 
 @pytest.mark.parametrize("rel", RELEASES)

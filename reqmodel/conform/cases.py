@@ -291,7 +291,10 @@ def prealloc_cases(ctx: Ctx, s) -> Iterable[Tuple[int, Tuple[dict, dict]]]:
     ``p`` pages leaves 15 tokens of its last page, notes/conformance.md)."""
     sc = ctx.scenario
     queue = prealloc_queue(ctx, s)
+    # process_decode_queue does not call pop_preallocated while a request
+    # waits retracted (dpool.retracted_waiting): no case there
     if (sc.decode.ranks != 1 or sc.decode.radix_cache or not queue or s.crashed()
+            or actions.dpool.retracted_waiting(s)
             or any(s.d[r].rebootstrap or not s.d[r].has_receiver for r in queue)):
         return
     kvm = actions.kvmanager
