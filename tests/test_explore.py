@@ -2,6 +2,7 @@
 import random
 
 import networkx as nx
+import attrs
 import pytest
 
 from reqmodel.model import actions
@@ -194,6 +195,50 @@ def test_repr_key_orders_as_repr_and_canonical_forms_are_fixed_points(sc, releas
             checked += 1
     assert checked > 300
     assert key.memo  # the records' reprs were shared
+
+
+@pytest.mark.parametrize("sc,release,limit", [
+    (scenario.builtin("optimistic-abort-unit"), "0.5.19", 1 << 16),
+    (scenario.builtin("optimistic-abort-unit"), "0.5.19", 7),
+    (scenario.builtin("room-reuse"), "0.5.22", 1 << 16),
+    (scenario.builtin("room-reuse"), "0.5.22", 7),
+    (scenario.builtin("retract-late-write"), "0.5.21", 7),
+    (scenario.builtin("prefill-tp"), "0.5.22", 1 << 16),
+    (scenario.builtin("prefill-tp"), "0.5.22", 7),
+    (SYMMETRIC, "0.5.19", 1 << 16)], ids=lambda x: getattr(x, "name", x))
+def test_memoised_forms_are_the_forms(sc, release, limit):
+    """``FormMemo`` keys the relabelling of pages and slots by the six fields
+    it reads: with it, every successor on random paths has the form it has
+    without it, and is returned itself exactly when it is its own form
+    (the explorer stores what it gets).  A small limit empties the memo
+    often; the same forms.  Requests that permute (the last case) do not use
+    it: their forms depend on the prefill side too."""
+    rng = random.Random(11)
+    ctx = actions.Ctx(releases.get(release), sc)
+    classes = explore.symmetry_classes(sc)
+    ranks, pranks = sc.decode.ranks, sc.prefill.ranks
+    key, memo = symmetry.ReprKey(), symmetry.FormMemo(limit)
+    checked = changed = 0
+    for s, succ in _random_walks(ctx, rng, 12, 3, 40):
+        for _, n, _ in succ + succ:  # twice: the second time from the memo
+            plain = symmetry.canonical(n, classes, ranks, pranks)
+            got = symmetry.canonical(n, classes, ranks, pranks, key, memo)
+            assert got == plain
+            assert (got is n) == (plain is n)
+            checked += 1
+            changed += plain is not n
+        # states that differ in one of the fields the memo is keyed by (not
+        # all reachable): a key that left a field out would give one of
+        # them the other's form
+        for (_, a, _), (_, b, _) in zip(succ, succ[1:] + succ[:1]):
+            for field in (*symmetry.FormMemo.FIELDS, "room_slots"):
+                h = attrs.evolve(a, **{field: getattr(b, field)})
+                symmetry.canonical(a, classes, ranks, pranks, key, memo)
+                assert (symmetry.canonical(h, classes, ranks, pranks, key, memo)
+                        == symmetry.canonical(h, classes, ranks, pranks))
+    assert checked > 200 and changed > 10  # some forms relabel
+    assert len(memo.memo) <= limit
+    assert bool(memo.memo) == (len(set(classes)) == sc.n)
 
 
 # one request: the gain is the decode-rank swap; two requests told apart by

@@ -31,7 +31,7 @@ from reqmodel.model.properties import Every, Property
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import EVENT_NAMES, Scenario
 from reqmodel.model.state import State
-from reqmodel.engines.symmetry import canonical, ReprKey
+from reqmodel.engines.symmetry import canonical, FormMemo, ReprKey
 from reqmodel.model.properties import Kind
 
 
@@ -172,8 +172,8 @@ def canonicaliser(scenario: Scenario, graph_props: bool, symmetry: bool = True):
         return lambda s: s
     classes = symmetry_classes(scenario, permute_requests=not graph_props)
     ranks, pranks = scenario.decode.ranks, scenario.prefill.ranks
-    key = ReprKey()
-    return lambda s: canonical(s, classes, ranks, pranks, key)
+    key, memo = ReprKey(), FormMemo()
+    return lambda s: canonical(s, classes, ranks, pranks, key, memo)
 
 
 @contextlib.contextmanager
