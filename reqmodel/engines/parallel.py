@@ -41,7 +41,7 @@ import os
 import time
 import traceback
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import attrs
 
@@ -155,7 +155,7 @@ class _Shard:
             self.counts.append((u, j))
         return out
 
-    def forms(self, batches: Sequence[list]) -> List[list]:
+    def forms(self, batches: Iterable[list]) -> List[list]:
         """The canonical form of each successor that is not a stored
         representative here, sent on to the shard that owns the form
         (``out[owner]``); an edge to a stored state is recorded at once.
@@ -183,7 +183,7 @@ class _Shard:
                     self.edges.append((tag, v, inst, own))
         return out
 
-    def resolve(self, batches: Sequence[list]) -> List[int]:
+    def resolve(self, batches: Iterable[list]) -> List[int]:
         """Keep the successors not seen before, each with its least tag (where
         the sequential engine first meets it); their tags, sorted."""
         ids, first, late = self.ids, {}, []
@@ -310,22 +310,31 @@ def _worker(shard: _Shard, k: int, n: int, inboxes, conn) -> None:
     send = [_Codec(hashes=True) for _ in range(n)]  # per shard sent to
     recv = [_Codec(shard.intern.table, hashes=True) for _ in range(n)]  # per shard received from
 
-    def exchange(out: List[list], phase: int) -> List[list]:
-        """Send each other shard its list, and take theirs; the lists of the
-        round's first exchange all come before any shard starts its second.
-        A channel's messages arrive in the order they were sent (one queue
-        per receiver, one feeder thread per sender), as its table needs."""
+    def exchange(out: List[list], phase: int) -> Iterator[list]:
+        """Send each other shard its list, and yield this shard's own list,
+        then each other shard's as it arrives: the shard works on what it
+        has while the others finish (``forms`` and ``resolve`` give the same
+        answer in any order of their lists).  The lists of the round's first
+        exchange all come before any shard starts its second.  A channel's
+        messages arrive in the order they were sent (one queue per receiver,
+        one feeder thread per sender) and are unpacked in that order, as its
+        table needs."""
         for o in range(n):
             if o != k:
                 inboxes[o].put((phase, k, send[o].pack(out[o])))
-        got = [out[k]]
+        yield out[k]
         mine = [m for m in early if m[0] == phase]
         early[:] = [m for m in early if m[0] != phase]
-        while len(got) + len(mine) < n:
+        for _, src, body in mine:
+            yield recv[src].unpack(body)
+        got = 1 + len(mine)
+        while got < n:
             m = inboxes[k].get()
-            (mine if m[0] == phase else early).append(m)
-        # unpack in the order each sender sent, phase by phase
-        return got + [recv[src].unpack(body) for _, src, body in mine]
+            if m[0] == phase:
+                got += 1
+                yield recv[m[1]].unpack(m[2])
+            else:
+                early.append(m)
 
     usercode.rearm_after_fork()
     try:
