@@ -31,6 +31,7 @@ notes/design.md.
 from __future__ import annotations
 
 import itertools
+import operator
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import attrs
@@ -258,25 +259,27 @@ class FormMemo:
     (notes/performance.md).  Bounded: emptied when it holds ``limit``
     entries."""
 
-    FIELDS = ("d", "rooms", "net", "d_pages", "d_slots")
+    FIELDS = ("d", "rooms", "net", "d_pages", "d_slots")  # what the form changes
+    KEY = FIELDS + ("room_slots",)  # what it reads
+    _fields = operator.attrgetter(*FIELDS)
+    _key = operator.attrgetter(*KEY)
 
     def __init__(self, limit: int = 1 << 16) -> None:
         self.memo: Dict[tuple, Optional[tuple]] = {}  # None: the state is its own form
         self.limit = limit
 
     def __call__(self, s: State, key=repr) -> State:
-        k = (s.d, s.rooms, s.net, s.d_pages, s.d_slots, s.room_slots)
+        k = self._key(s)
         memo = self.memo
         got = memo.get(k, _MISSING)
         if got is not _MISSING:
             if got is None:
                 return s
-            return replace(s, d=got[0], rooms=got[1], net=got[2], d_pages=got[3],
-                           d_slots=got[4])
+            return replace(s, **dict(zip(self.FIELDS, got)))
         c = _relabel_pages_slots(canonical_net_order(s), key)
         if len(memo) >= self.limit:
             memo.clear()
-        memo[k] = None if c is s else (c.d, c.rooms, c.net, c.d_pages, c.d_slots)
+        memo[k] = None if c is s else self._fields(c)
         return c
 
 
