@@ -8,7 +8,10 @@ import subprocess
 import sys
 
 import attrs
+import networkx as nx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reqmodel.engines import liveness
 from reqmodel.engines.base import Answer, Hypothesis, Z3
@@ -90,6 +93,103 @@ def test_a_state_reached_only_through_a_timeout_is_not_asked():
     states = [Fake("s0", False), Fake("s1", True)]
     e = graph(states, [(0, 1, "p_bootstrap_timeout")])
     assert liveness.first_stuck(states, e, lambda s, r: not s.waits, waits) is None
+
+
+# ---------------- the analysis against its definitions, on random graphs
+#
+# The analysis runs its reachability and components in scipy (C); here the
+# same definitions are written plainly with networkx, and both must give the
+# same stuck state and the same lasso (path and cycle) on random graphs with
+# own steps, environment steps and timeouts, two requests and random goals.
+
+
+@attrs.frozen
+class Two:
+    """A stand-in state with two requests: per request, waiting or not."""
+
+    waits: tuple
+
+    @property
+    def p(self):
+        return (None, None)
+
+
+STEPS = ("p_forward", "p_result", "p_inflight", "d_waiting_timeout")
+
+
+def _own_graph(n, edges):
+    g = nx.MultiDiGraph()
+    g.add_nodes_from(range(n))
+    for u, v, i, own in zip(edges.src, edges.dst, edges.inst, edges.mine):
+        if own:
+            g.add_edge(u, v, inst=i)
+    return g
+
+
+def stuck_by_definition(states, edges, goal, pending):
+    n = len(states)
+    g = _own_graph(n, edges)
+    cond = nx.condensation(g)
+    bottom = {v for c in cond if cond.out_degree(c) == 0 for v in cond.nodes[c]["members"]}
+    order, parent = liveness._untimed(n, edges)
+    best = None
+    for r in range(2):
+        goals = {v for v in range(n) if goal(states[v], r)}
+        can = goals.union(*(nx.ancestors(g, v) for v in goals))
+        bad = [k for k, v in enumerate(order)
+               if v not in can and v in bottom and pending(states[v], r)]
+        if any(v not in can and pending(states[v], r) for v in order):
+            assert bad, "a waiting state that cannot reach the goal leads to a bottom one"
+            if best is None or bad[0] < best[0]:
+                best = (bad[0], r)
+    return None if best is None else liveness.Stuck(best[1], liveness._path_to(order[best[0]], parent))
+
+
+def lasso_by_definition(states, edges, pending):
+    n = len(states)
+    g = _own_graph(n, edges)
+    order, parent = liveness._untimed(n, edges)
+    rank = {v: k for k, v in enumerate(order)}
+    enabled_at = {v: {i for _, _, i in g.out_edges(v, data="inst")} for v in range(n)}
+    best = None
+    for r in range(2):
+        sub = g.subgraph([v for v in range(n) if pending(states[v], r)])
+        for comp in nx.strongly_connected_components(sub):
+            if len(comp) == 1 and not sub.has_edge(next(iter(comp)), next(iter(comp))):
+                continue
+            taken = {i for u, v, i in sub.edges(data="inst") if u in comp and v in comp}
+            if set.intersection(*(enabled_at[v] for v in comp)) - taken:
+                continue
+            entries = [v for v in comp if v in rank]
+            if entries:
+                entry = min(entries, key=rank.__getitem__)
+                if best is None or rank[entry] < best[0]:
+                    best = (rank[entry], r, entry, set(comp))
+    if best is None:
+        return None
+    _, r, entry, members = best
+    return liveness.Lasso(r, liveness._path_to(entry, parent),
+                          liveness._fair_cycle(entry, members, edges, enabled_at))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.integers(2, 12).flatmap(lambda n: st.tuples(
+    st.lists(st.tuples(st.booleans(), st.booleans()), min_size=n, max_size=n),
+    st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1),
+                       st.sampled_from(STEPS), st.integers(0, 1)), max_size=4 * n))))
+def test_the_analysis_agrees_with_its_definitions_on_random_graphs(case):
+    marks, arcs = case
+    states = [Two(w) for w in marks]
+    edges = liveness.Edges()
+    for u, v, action, rid in [(0, 1, "p_forward", 0)] + arcs:
+        edges.add(u, v, Step(action, rid), not BY_NAME[action].environment)
+    # the goal is the end of the wait, as for the catalogue's properties: a
+    # state that cannot reach it leads to a bottom state that still waits
+    goal = lambda s, r: not s.waits[r]  # noqa: E731
+    pending = lambda s, r: s.waits[r]  # noqa: E731
+    assert liveness.first_stuck(states, edges, goal, pending) == \
+        stuck_by_definition(states, edges, goal, pending)
+    assert liveness.first_lasso(states, edges, pending) == lasso_by_definition(states, edges, pending)
 
 
 # ------------------------------------------------------- the built-in verdicts

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import array
 import collections
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import attrs
+import numpy as np
+from scipy import sparse
+from scipy.sparse import csgraph
 
 from reqmodel.model.actions import ACTIONS, BY_NAME, Ctx, Step, enabled, successors
 
@@ -105,14 +108,51 @@ def _path_to(v: int, parent: List[int]) -> Tuple[int, ...]:
     return tuple(out[::-1])
 
 
-def _adjacency(n: int, edges: Edges, keep, reverse: bool = False) -> List[List[int]]:
-    """Successor (or, ``reverse``, predecessor) lists over own edges."""
-    adj: List[List[int]] = [[] for _ in range(n)]
-    a, b = (edges.dst, edges.src) if reverse else (edges.src, edges.dst)
-    for u, v, own in zip(a, b, edges.mine):
-        if own and keep(u, v):
-            adj[u].append(v)
-    return adj
+# The graph algorithms below that need no particular order (reachability,
+# strongly connected components) run in scipy's csgraph, in C, on the edge
+# arrays: in Python they were most of the analysis (Tarjan's algorithm and
+# the adjacency lists 70 % of optimistic-abort-unit's, notes/performance.md).
+# What depends on the order in which edges were found (the breadth-first
+# parents of ``_untimed``, the cycle ``_fair_cycle`` walks) stays in Python.
+
+
+@attrs.frozen
+class _Own:
+    """The own edges as integer arrays, and their graph (scipy's CSR)."""
+
+    n: int
+    src: np.ndarray
+    dst: np.ndarray
+    inst: np.ndarray
+    graph: object
+
+    @staticmethod
+    def of(n: int, edges: Edges) -> "_Own":
+        # copies: a view would keep the arrays from growing (BufferError)
+        own = np.frombuffer(edges.mine, dtype=np.uint8).astype(bool)
+        src = np.frombuffer(edges.src, dtype=np.uint32)[own].astype(np.int64)
+        dst = np.frombuffer(edges.dst, dtype=np.uint32)[own].astype(np.int64)
+        inst = np.frombuffer(edges.inst, dtype=np.uint32)[own].astype(np.int64)
+        return _Own(n, src, dst, inst, _csr(n, src, dst))
+
+
+def _csr(n: int, src: np.ndarray, dst: np.ndarray):
+    return sparse.csr_array((np.ones(len(src), dtype=np.int8), (src, dst)), shape=(n, n))
+
+
+def _reached(n: int, src: np.ndarray, dst: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per state: reachable from some state in ``starts`` along the edges."""
+    # one search from an added state n with an edge to each start
+    hub = np.full(len(starts), n, dtype=np.int64)
+    g = _csr(n + 1, np.concatenate([src, hub]), np.concatenate([dst, starts]))
+    out = np.zeros(n + 1, dtype=bool)
+    out[csgraph.breadth_first_order(g, n, directed=True, return_predecessors=False)] = True
+    return out[:n]
+
+
+def _components(g) -> np.ndarray:
+    """Per state: its strongly connected component's label."""
+    return csgraph.connected_components(g, directed=True, connection="strong")[1]
 
 
 def first_stuck(states: Sequence, edges: Edges, goal, pending) -> Optional[Stuck]:
@@ -124,21 +164,13 @@ def first_stuck(states: Sequence, edges: Edges, goal, pending) -> Optional[Stuck
     own steps to such a state, so the property fails exactly when a state
     reached without timeouts cannot reach the goal."""
     n = len(states)
-    radj = _adjacency(n, edges, lambda u, v: True, reverse=True)
-    bottom = _bottom(n, edges)
+    own = _Own.of(n, edges)
+    bottom = _bottom(own)
     order, parent = _untimed(n, edges)
     best: Optional[Tuple[int, int]] = None  # (rank, rid)
     for r in range(len(states[0].p)):
-        can = bytearray(n)
-        stack = [v for v in range(n) if goal(states[v], r)]
-        for v in stack:
-            can[v] = 1
-        while stack:
-            v = stack.pop()
-            for u in radj[v]:
-                if not can[u]:
-                    can[u] = 1
-                    stack.append(u)
+        goals = np.fromiter((v for v in range(n) if goal(states[v], r)), dtype=np.int64)
+        can = _reached(n, own.dst, own.src, goals)  # backwards from the goal states
         if all(can[v] or not pending(states[v], r) for v in order):
             continue
         # the shallowest waiting state: own steps are never timeouts, so the
@@ -153,66 +185,14 @@ def first_stuck(states: Sequence, edges: Edges, goal, pending) -> Optional[Stuck
     return Stuck(best[1], _path_to(order[best[0]], parent))
 
 
-def _bottom(n: int, edges: Edges) -> bytearray:
+def _bottom(own: _Own) -> np.ndarray:
     """Per state: it lies in a bottom strongly connected component of the
     own-step graph (no own step leads out of the component)."""
-    adj = _adjacency(n, edges, lambda u, v: True)
-    comp = [0] * n
-    sccs = _sccs(range(n), adj)
-    for k, members in enumerate(sccs):
-        for v in members:
-            comp[v] = k
-    leaves = bytearray(b"\x01") * len(sccs)
-    for u in range(n):
-        for v in adj[u]:
-            if comp[v] != comp[u]:
-                leaves[comp[u]] = 0
-    return bytearray(leaves[comp[v]] for v in range(n))
-
-
-def _sccs(nodes: Iterable[int], adj: List[List[int]]) -> List[List[int]]:
-    """Tarjan's strongly connected components, iterative."""
-    index: Dict[int, int] = {}
-    low: Dict[int, int] = {}
-    on: Set[int] = set()
-    stack: List[int] = []
-    out: List[List[int]] = []
-    counter = 0
-    for root in nodes:
-        if root in index:
-            continue
-        work = [(root, 0)]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on.add(root)
-        while work:
-            v, i = work[-1]
-            if i < len(adj[v]):
-                work[-1] = (v, i + 1)
-                w = adj[v][i]
-                if w not in index:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    stack.append(w)
-                    on.add(w)
-                    work.append((w, 0))
-                elif w in on:
-                    low[v] = min(low[v], index[w])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[v])
-            if low[v] == index[v]:
-                comp = []
-                while True:
-                    w = stack.pop()
-                    on.discard(w)
-                    comp.append(w)
-                    if w == v:
-                        break
-                out.append(comp)
-    return out
+    comp = _components(own.graph)
+    leaves = np.ones(comp.max() + 1 if own.n else 0, dtype=bool)
+    out = comp[own.src] != comp[own.dst]
+    leaves[comp[own.src[out]]] = False
+    return leaves[comp]
 
 
 def first_lasso(states: Sequence, edges: Edges, pending) -> Optional[Lasso]:
@@ -220,33 +200,50 @@ def first_lasso(states: Sequence, edges: Edges, pending) -> Optional[Lasso]:
     goal, entered as early as the graph allows (the least state id of any
     such component)."""
     n = len(states)
-    enabled_at: List[Set[int]] = [set() for _ in range(n)]
-    for u, i, own in zip(edges.src, edges.inst, edges.mine):
-        if own:
-            enabled_at[u].add(i)
-    best: Optional[Lasso] = None
+    own = _Own.of(n, edges)
     order, parent = _untimed(n, edges)
-    rank = {v: k for k, v in enumerate(order)}
+    rank = np.full(n, n, dtype=np.int64)  # n: not reached without a timeout
+    rank[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
+    # the step instances enabled on each state: its own edges' (state, instance) pairs
+    width = int(own.inst.max()) + 1 if len(own.inst) else 1
+    enabled = np.unique(own.src * width + own.inst)
+    best: Optional[Tuple[int, int, np.ndarray]] = None  # (rank of the entry, rid, labels)
     for r in range(len(states[0].p)):
-        waits = [pending(s, r) for s in states]
-        adj = _adjacency(n, edges, lambda u, v: waits[u] and waits[v])
-        for comp in _sccs((v for v in range(n) if waits[v]), adj):
-            members = set(comp)
-            if len(comp) == 1 and comp[0] not in adj[comp[0]]:
-                continue  # a single state without a self-loop is no cycle
-            taken = {i for u, v, i, own in zip(edges.src, edges.dst, edges.inst, edges.mine)
-                     if own and u in members and v in members}
-            always = set.intersection(*(enabled_at[v] for v in comp))
-            if always - taken:
-                continue  # a step enabled throughout is never taken: unfair
-            entries = [v for v in comp if parent[v] != -2]
-            if not entries:
-                continue  # entered only through a timeout
-            entry = min(entries, key=rank.__getitem__)
-            if best is None or rank[entry] < rank[best.path[-1]]:
-                best = Lasso(r, _path_to(entry, parent),
-                             _fair_cycle(entry, members, edges, enabled_at))
-    return best
+        waits = np.fromiter((bool(pending(s, r)) for s in states), dtype=bool, count=n)
+        inside = waits[own.src] & waits[own.dst]
+        src, dst, inst = own.src[inside], own.dst[inside], own.inst[inside]
+        comp = _components(_csr(n, src, dst)).astype(np.int64)
+        size = np.bincount(comp)
+        cyclic = size > 1
+        cyclic[comp[src[src == dst]]] = True  # a single state with a self-loop
+        # a step enabled on every state of a cycle and never taken on it: unfair
+        on = enabled // width
+        keep = cyclic[comp[on]]
+        pairs = comp[on[keep]] * width + enabled[keep] % width
+        keys, counts = np.unique(pairs, return_counts=True)
+        always = keys[counts == size[keys // width]]
+        same = comp[src] == comp[dst]
+        taken = np.unique(comp[src[same]] * width + inst[same])
+        unfair = np.zeros(len(size), dtype=bool)
+        unfair[always[~np.isin(always, taken)] // width] = True
+        fair = cyclic & ~unfair
+        # entered as early as possible: the least rank among the untimed members
+        entry = np.full(len(size), n, dtype=np.int64)
+        np.minimum.at(entry, comp, rank)
+        entry[~fair] = n
+        k = int(entry.min())
+        if k < n and (best is None or k < best[0]):
+            best = (k, r, comp)
+    if best is None:
+        return None
+    k, r, comp = best
+    entry = order[k]
+    members = set(np.flatnonzero(comp == comp[entry]).tolist())
+    enabled_at: Dict[int, Set[int]] = {v: set() for v in members}
+    for u, i in zip(own.src.tolist(), own.inst.tolist()):
+        if u in members:
+            enabled_at[u].add(i)
+    return Lasso(r, _path_to(entry, parent), _fair_cycle(entry, members, edges, enabled_at))
 
 
 def _bfs_path(src: int, targets, members: Set[int], adj) -> List[int]:
@@ -317,17 +314,9 @@ def ends_by(ctx: Ctx, states: Sequence, edges: Edges, start: int, rid: int
     action (with its scenario flag set or not) whose guard holds on some state
     the deployment's own steps still reach from ``start``; as (action,
     request, environment variable, default seconds), the request's own first."""
-    adj = _adjacency(len(states), edges, lambda u, v: True)
-    seen = {start}
-    stack = [start]
-    while stack:
-        u = stack.pop()
-        for v in adj[u]:
-            if v not in seen:
-                seen.add(v)
-                stack.append(v)
+    own = _Own.of(len(states), edges)
     found = set()
-    for v in seen:
+    for v in np.flatnonzero(_reached(own.n, own.src, own.dst, np.array([start]))).tolist():
         s = states[v]
         if s.crashed():  # nothing moves after a crash
             continue
