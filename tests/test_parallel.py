@@ -47,6 +47,27 @@ def test_exhausting_with_every_property_gives_the_sequential_exploration(rel, sc
     assert fields(a) == fields(b)
 
 
+@pytest.mark.parametrize("rel,sc", [("0.5.19", "incident"), ("0.5.19", "retract-abort"),
+                                    ("0.5.19", "room-reuse")])
+def test_the_liveness_analysis_gets_the_sequential_edges(rel, sc, monkeypatch):
+    """Every edge, in the sequential engine's order, with its step and
+    whether it is the deployment's own: the workers send a successor once a
+    round and record its repeats as aliases of the first (``_Shard.expand``)."""
+    got = []
+    real = exhaustive.verdicts_of
+
+    def spy(ctx, props, applicable, found, states, parent, ledges, canon):
+        got.append([(u, v, ledges.instances[i], own) for u, v, i, own
+                    in zip(ledges.src, ledges.dst, ledges.inst, ledges.mine)])
+        return real(ctx, props, applicable, found, states, parent, ledges, canon)
+
+    monkeypatch.setattr(exhaustive, "verdicts_of", spy)
+    monkeypatch.setattr(parallel, "verdicts_of", spy)
+    a, b = both(rel, sc, ALL, stop_early=False)
+    assert len(got) == 2 and len(got[0]) == a.edges > 300
+    assert got[0] == got[1]
+
+
 @pytest.mark.parametrize("workers", [2, 3])
 def test_stopping_early_cuts_where_the_sequential_engine_stops(workers):
     # only properties the scenario violates, so both engines stop before the end

@@ -102,6 +102,9 @@ class _Shard:
         self.emitted: Dict[str, int] = {}
         self.counts: List[Tuple[int, int]] = []  # (parent, successors)
         self.edges: List[Tuple[int, int, Tuple[str, int], bool]] = []  # (tag, target, inst, own)
+        # (tag, first tag, inst, own): an edge to the successor this shard
+        # sent first this round under ``first tag``, whose target it shares
+        self.aliases: List[Tuple[int, int, Tuple[str, int], bool]] = []
 
     def keep_part(self, k: int, n: int) -> None:
         """After the fork: keep this shard's part of the visited states and frontier."""
@@ -128,10 +131,13 @@ class _Shard:
         want, fired, emitted = self.want_edges, self.fired, self.emitted
         out: List[list] = [[] for _ in range(n)]
         frontier, self.frontier = self.frontier, []
-        # without edges to record, a successor this shard has already sent
-        # this round is not sent again: its first sending has the least tag
-        # of the two, and the owner keeps only the least (``resolve``)
-        sent = None if want else set()
+        # a successor this shard has already sent this round is not sent
+        # again: its first sending has the least tag of the two, and the
+        # owner keeps only the least (``resolve``); the edge of a repeat, if
+        # edges are wanted, is an alias of the first's (its target is the
+        # first's, known once the owner has resolved it: ``resume``)
+        sent: Dict[State, int] = {}
+        aliases = self.aliases
         for u, s in frontier:
             j = 0
             for j, (step, nxt, evs) in enumerate(successors(ctx, s), 1):
@@ -143,13 +149,18 @@ class _Shard:
                         emitted[e.kind] = u
                 for name in checks.on_step(s, step, evs, nxt, found):
                     found[name] = (tag, ("transition", u, step))
-                if sent is not None:
-                    if nxt in sent:
-                        continue
-                    sent.add(nxt)
-                out[place(nxt) % n].append(
-                    (nxt, tag, (step.action, step.rid) if want else None,
-                     want and BY_NAME[step.action].own(ctx, s, step.rid)))
+                first = sent.get(nxt)
+                if first is None:
+                    sent[nxt] = tag
+                if not want:
+                    if first is None:
+                        out[place(nxt) % n].append((nxt, tag, None, False))
+                    continue
+                inst, own = (step.action, step.rid), BY_NAME[step.action].own(ctx, s, step.rid)
+                if first is None:
+                    out[place(nxt) % n].append((nxt, tag, inst, own))
+                else:
+                    aliases.append((tag, first, inst, own))
             if j >= _J:  # pragma: no cover - a million successors of one state
                 raise RuntimeError("a state with more than a million successors")
             self.counts.append((u, j))
@@ -216,7 +227,7 @@ class _Shard:
         self.new, self.late = [], []
 
     def result(self) -> tuple:
-        return self.found, self.fired, self.emitted, self.counts, self.edges
+        return self.found, self.fired, self.emitted, self.counts, self.edges, self.aliases
 
     def states(self, wanted: Optional[set]) -> List[Tuple[int, State]]:
         return [(v, s) for s, v in self.ids.items() if wanted is None or v in wanted]
@@ -406,7 +417,7 @@ def resume(pre: Prefix, workers: int, max_states: int, stop_early: bool,
            for name, hit in pre.found.items()}
     seen = [({name: (tag[name], hit) for name, hit in pre.found.items()},
              dict.fromkeys(pre.fired, -1), dict.fromkeys(pre.emitted, -1),
-             [(-1, pre.edges)], [])]
+             [(-1, pre.edges)], [], [])]
     ledges = pre.ledges
     pre.ids = pre.states = pre.parent = None  # the workers hold them now
     nodes = (cluster or _Processes)(shard, workers)
@@ -447,7 +458,11 @@ def resume(pre: Prefix, workers: int, max_states: int, stop_early: bool,
     # every state, or (a dict) those on the counterexample paths
     states = [got[v] for v in range(n)] if wanted is None else got
     if ledges is not None:
-        for t, v, inst, own in sorted(e for r in seen for e in r[4] if e[0] // _J <= last):
+        target = {e[0]: e[1] for r in seen for e in r[4]}
+        edges = [e for r in seen for e in r[4] if e[0] // _J <= last]
+        edges += [(t, target[first], inst, own) for r in seen for t, first, inst, own in r[5]
+                  if t // _J <= last]
+        for t, v, inst, own in sorted(edges):
             ledges.add_instance(t // _J, v, inst, own)
     found = {name: hit for name, (_, hit) in found.items()}
     verdicts = verdicts_of(ctx, pre.props, applicable, found, states, _ParentList(parents),
