@@ -21,9 +21,6 @@ import collections
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import attrs
-import numpy as np
-from scipy import sparse
-from scipy.sparse import csgraph
 
 from reqmodel.model.actions import ACTIONS, BY_NAME, Ctx, Step, enabled, successors
 
@@ -116,6 +113,21 @@ def _path_to(v: int, parent: List[int]) -> Tuple[int, ...]:
 # parents of ``_untimed``, the cycle ``_fair_cycle`` walks) stays in Python.
 
 
+# imported by the first analysis (``_Own.of``, where each analysis starts):
+# about 30 MB in every process that imports this module, the exhaustive
+# engine's worker processes included, which never analyse
+np = sparse = csgraph = None
+
+
+def _import_scipy() -> None:
+    global np, sparse, csgraph
+    if csgraph is None:
+        import numpy
+        from scipy import sparse as sparse_
+        from scipy.sparse import csgraph as csgraph_
+        np, sparse, csgraph = numpy, sparse_, csgraph_
+
+
 @attrs.frozen
 class _Own:
     """The own edges as integer arrays, and their graph (scipy's CSR)."""
@@ -128,6 +140,7 @@ class _Own:
 
     @staticmethod
     def of(n: int, edges: Edges) -> "_Own":
+        _import_scipy()
         # copies: a view would keep the arrays from growing (BufferError)
         own = np.frombuffer(edges.mine, dtype=np.uint8).astype(bool)
         src = np.frombuffer(edges.src, dtype=np.uint32)[own].astype(np.int64)
