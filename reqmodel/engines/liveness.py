@@ -105,14 +105,6 @@ def _path_to(v: int, parent: List[int]) -> Tuple[int, ...]:
     return tuple(out[::-1])
 
 
-# The graph algorithms below that need no particular order (reachability,
-# strongly connected components) run in scipy's csgraph, in C, on the edge
-# arrays: in Python they were most of the analysis (Tarjan's algorithm and
-# the adjacency lists 70 % of optimistic-abort-unit's, notes/performance.md).
-# What depends on the order in which edges were found (the breadth-first
-# parents of ``_untimed``, the cycle ``_fair_cycle`` walks) stays in Python.
-
-
 # imported by the first analysis (``_Own.of``, where each analysis starts):
 # about 30 MB in every process that imports this module, the exhaustive
 # engine's worker processes included, which never analyse
@@ -128,7 +120,13 @@ def _import_scipy() -> None:
         np, sparse, csgraph = numpy, sparse_, csgraph_
 
 
-@attrs.frozen
+# The graph algorithms below that need no particular order (reachability,
+# strongly connected components) run in scipy's csgraph, in C, on the edge
+# arrays: in Python they were most of the analysis (Tarjan's algorithm and
+# the adjacency lists 70 % of optimistic-abort-unit's, notes/performance.md).
+# What depends on the order in which edges were found (the breadth-first
+# parents of ``_untimed``, the cycle ``_fair_cycle`` walks) stays in Python.
+@attrs.frozen(eq=False)
 class _Own:
     """The own edges as integer arrays, and their graph (scipy's CSR)."""
 
