@@ -106,7 +106,7 @@ def _path_to(v: int, parent: List[int]) -> Tuple[int, ...]:
 
 
 # imported by the first analysis (``_Own.of``, where each analysis starts):
-# about 30 MB in every process that imports this module, the exhaustive
+# 36 MB (37 to 73 MB) in every process that imports this module, the exhaustive
 # engine's worker processes included, which never analyse
 np = sparse = csgraph = None
 
