@@ -105,9 +105,9 @@ def _path_to(v: int, parent: List[int]) -> Tuple[int, ...]:
     return tuple(out[::-1])
 
 
-# imported by the first analysis (``_Own.of``, where each analysis starts):
-# 36 MB (37 to 73 MB) in every process that imports this module, the exhaustive
-# engine's worker processes included, which never analyse
+# imported by the first analysis (``_Own.of``, where each analysis starts),
+# not with the module: 36 MB (37 to 73 MB) in every process that imports
+# it, the exhaustive engine's worker processes included, which never analyse
 np = sparse = csgraph = None
 
 
