@@ -36,9 +36,11 @@ class Edges:
     mine: bytearray = attrs.field(factory=bytearray)  # per edge: a step of the deployment's own
     instances: List[Tuple[str, int]] = attrs.field(factory=list)
     ids: Dict[Tuple[str, int], int] = attrs.field(factory=dict)
-    # ``_untimed`` of the finished graph, shared by the properties that ask
+    # ``_untimed`` and ``_Own.of`` of the finished graph (keyed by its edge
+    # count), shared by the properties that ask
     untimed: Optional[Tuple[int, Tuple[List[int], List[int]]]] = attrs.field(
         default=None, init=False, repr=False)
+    own: Optional[Tuple[int, "_Own"]] = attrs.field(default=None, init=False, repr=False)
 
     def add(self, u: int, v: int, step: Step, own: bool) -> None:
         self.add_instance(u, v, (step.action, step.rid), own)
@@ -138,13 +140,17 @@ class _Own:
 
     @staticmethod
     def of(n: int, edges: Edges) -> "_Own":
+        if edges.own is not None and edges.own[0] == len(edges.src):
+            return edges.own[1]
         _import_scipy()
         # copies: a view would keep the arrays from growing (BufferError)
         own = np.frombuffer(edges.mine, dtype=np.uint8).astype(bool)
         src = np.frombuffer(edges.src, dtype=np.uint32)[own].astype(np.int64)
         dst = np.frombuffer(edges.dst, dtype=np.uint32)[own].astype(np.int64)
         inst = np.frombuffer(edges.inst, dtype=np.uint32)[own].astype(np.int64)
-        return _Own(n, src, dst, inst, _csr(n, src, dst))
+        got = _Own(n, src, dst, inst, _csr(n, src, dst))
+        edges.own = (len(edges.src), got)
+        return got
 
 
 def _csr(n: int, src: np.ndarray, dst: np.ndarray):
@@ -200,7 +206,7 @@ def _bottom(own: _Own) -> np.ndarray:
     """Per state: it lies in a bottom strongly connected component of the
     own-step graph (no own step leads out of the component)."""
     comp = _components(own.graph)
-    leaves = np.ones(comp.max() + 1 if own.n else 0, dtype=bool)
+    leaves = np.ones(comp.max() + 1, dtype=bool)
     out = comp[own.src] != comp[own.dst]
     leaves[comp[own.src[out]]] = False
     return leaves[comp]
@@ -251,9 +257,9 @@ def first_lasso(states: Sequence, edges: Edges, pending) -> Optional[Lasso]:
     entry = order[k]
     members = set(np.flatnonzero(comp == comp[entry]).tolist())
     enabled_at: Dict[int, Set[int]] = {v: set() for v in members}
-    for u, i in zip(own.src.tolist(), own.inst.tolist()):
-        if u in members:
-            enabled_at[u].add(i)
+    out = comp[own.src] == comp[entry]  # the own edges out of a member
+    for u, i in zip(own.src[out].tolist(), own.inst[out].tolist()):
+        enabled_at[u].add(i)
     return Lasso(r, _path_to(entry, parent), _fair_cycle(entry, members, edges, enabled_at))
 
 

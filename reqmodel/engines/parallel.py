@@ -150,14 +150,12 @@ class _Shard:
                 for name in checks.on_step(s, step, evs, nxt, found):
                     found[name] = (tag, ("transition", u, step))
                 first = sent.get(nxt)
+                if first is not None and not want:
+                    continue
+                inst, own = ((step.action, step.rid), BY_NAME[step.action].own(ctx, s, step.rid)) \
+                    if want else (None, False)
                 if first is None:
                     sent[nxt] = tag
-                if not want:
-                    if first is None:
-                        out[place(nxt) % n].append((nxt, tag, None, False))
-                    continue
-                inst, own = (step.action, step.rid), BY_NAME[step.action].own(ctx, s, step.rid)
-                if first is None:
                     out[place(nxt) % n].append((nxt, tag, inst, own))
                 else:
                     aliases.append((tag, first, inst, own))
