@@ -116,6 +116,10 @@ class PrefillReq:
     # history: prefill's scheduler raised on this request (a poll it has no
     # branch for, release_kv_cache's assertion): the server is down
     crashed: bool = attrs.field(default=False, metadata=ITF_OMIT)
+    # history: when the client had the answers the next user of this
+    # request's bootstrap_room waits for, prefill's inflight scan was already
+    # due for this request (``actions.intake.note_client_waits``)
+    scan_due_when_answered: bool = attrs.field(default=False, metadata=ITF_OMIT)
 
     @property
     def holds_kv(self) -> bool:

@@ -172,6 +172,10 @@ PRANK_ARG = ("prefill_rank",)  # ... that name a prefill rank (its transfer work
 CHANNEL_ARG = ("rank", "prefill_rank")  # ... that name a decode-prefill rank pair
 ACTIONS: List[Action] = []
 BY_NAME: Dict[str, Action] = {}
+# history variables kept across every step, ``note(ctx, before, after,
+# events) -> after``: what a later guard must know of the order of earlier
+# steps, and no step of the code sets (``intake.note_client_waits``)
+HISTORY: List[Callable[[Ctx, State, State, Tuple[Event, ...]], State]] = []
 
 
 def action(actor: str, guard: Callable, choices: Callable = None, event: str = None,
@@ -196,11 +200,14 @@ def action(actor: str, guard: Callable, choices: Callable = None, event: str = N
         def effect(ctx, s, rid, arg=()):
             was = DRAFTING.begin()  # one new State per step (state._Drafting)
             try:
-                return fn(ctx, s, rid, arg)
+                nxt, evs = fn(ctx, s, rid, arg)
             except SchedulerDied as died:  # the rest of the step never runs
-                return died.state, died.events
+                nxt, evs = died.state, died.events
             finally:
                 DRAFTING.end(was)
+            for note in HISTORY:
+                nxt = note(ctx, s, nxt, evs)
+            return nxt, evs
 
         a = Action(fn.__name__, actor, guard, effect, choices, event, names,
                    len(names) if names in (RANK_ARG, PRANK_ARG, CHANNEL_ARG) else optional_args,

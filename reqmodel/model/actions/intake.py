@@ -4,9 +4,21 @@ Releases differ only through ``ctx.release``; docstrings cite the SGLang
 code per release (``a/b/c/d/e`` = lines in 0.5.19/20/21/22/23)."""
 from __future__ import annotations
 
-from reqmodel.model.actions.core import action, Ctx, Effect, Needs, set_d, set_p
+from typing import Tuple
+
+from reqmodel.model import processes
+from reqmodel.model.actions.core import (action, BY_NAME, Ctx, Effect, Event, HISTORY, Needs,
+                                         set_d, set_p)
 from reqmodel.model.actions.req import validate_intake
+from reqmodel.model.events import Stream
 from reqmodel.model.state import DStage, PStage, State
+
+
+def _answered(c: Ctx, s: State, prev: int) -> bool:
+    """The client has every answer the next user of ``prev``'s room waits
+    for: decode's, and prefill's too unless ``reuse_room_after = "decode"``."""
+    return s.d[prev].answer is not None and (
+        c.scenario.reuse_room_after != "both" or s.p[prev].answer is not None)
 
 
 def _room_free_for(c: Ctx, s: State, r: int) -> bool:
@@ -21,12 +33,58 @@ def _room_free_for(c: Ctx, s: State, r: int) -> bool:
     prev = c.scenario.previous_user(r)
     if prev is None or c.scenario.room_users == "concurrent":
         return True
-    both = c.scenario.reuse_room_after == "both"
-    return s.d[prev].answer is not None and (not both or s.p[prev].answer is not None)
+    return _answered(c, s, prev)
+
+
+def inflight_scan_due(c: Ctx, s: State, r: int) -> bool:
+    """Prefill's next inflight scan (``process_disagg_prefill_inflight_queue``)
+    acts on request ``r``: one of the steps of that phase is enabled for it."""
+    return s.p[r].stage is PStage.INFLIGHT and any(
+        BY_NAME[a].guard(c, s, r) for a in _INFLIGHT_STEPS)
+
+
+_INFLIGHT_STEPS = processes.actions_of_phase("inflight")
+
+
+def note_client_waits(c: Ctx, s: State, nxt: State, evs: Tuple[Event, ...]) -> State:
+    """History for the prefill loop's order (``processes.PREFILL_LOOP``): at
+    the step that gives the client the last answer the next user of a room
+    waits for, record whether prefill's inflight scan was then due for the
+    earlier user.  Only a step that streams an answer can change it."""
+    sc = c.scenario
+    if not sc.shares_rooms or sc.room_users == "concurrent":
+        return nxt
+    for ev in evs:
+        if isinstance(ev, Stream) and not _answered(c, s, ev.rid) and _answered(c, nxt, ev.rid):
+            due = inflight_scan_due(c, nxt, ev.rid)
+            if due != nxt.p[ev.rid].scan_due_when_answered:
+                nxt = set_p(nxt, ev.rid, scan_due_when_answered=due)
+    return nxt
+
+
+HISTORY.append(note_client_waits)
+
+
+def _ingest_after_inflight_scan(c: Ctx, s: State, r: int) -> bool:
+    """The prefill loop runs its inflight scan, then comes back to its intake
+    without a blocking call (``processes.PREFILL_LOOP``, pf 21:702-705 and
+    21:754-762 then 21:673, each release alike).  A request sent only after
+    the client had the answers for the earlier user of its room needed a
+    round trip through decode and the client; if prefill's inflight scan was
+    already due for that earlier user then, the scan comes first: the loop
+    takes the new request in only after the scan acted on the earlier one
+    (stated in notes/design.md, "Timing assumptions").  Not assumed of a
+    paused prefill or of 0.5.22+'s continuous input polling, which skip the
+    scan; the model runs neither."""
+    prev = c.scenario.previous_user(r)
+    if prev is None or c.scenario.room_users == "concurrent":
+        return True
+    return not (s.p[prev].scan_due_when_answered and inflight_scan_due(c, s, prev))
 
 
 def _absent_p(c, s, r):
-    return s.p[r].stage is PStage.ABSENT and _room_free_for(c, s, r)
+    return (s.p[r].stage is PStage.ABSENT and _room_free_for(c, s, r)
+            and _ingest_after_inflight_scan(c, s, r))
 
 
 @action("client", guard=_absent_p, needs=Needs(p={PStage.ABSENT}), worker="prefill", seam="intake")

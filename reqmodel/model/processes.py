@@ -1,0 +1,168 @@
+"""The processes of a PD deployment, as the code has them: which loop or
+thread of which worker runs each action, and, for the prefill scheduler's
+loop, the phases of one iteration in the code's order.
+
+The actions (``model/actions/``) stay the unit of a step; this module says
+whose step each one is.  ``model/actions/intake.py`` reads the prefill loop's
+order through :data:`PREFILL_LOOP` (a request sent after an answer waits for
+the inflight scan that the loop runs before its next intake), and
+``traces/order.py`` checks every trace against the same data with its own
+happens-before relation (``tests/test_order.py`` runs it over the corpus).
+
+The prefill loop, per release (``pf`` = ``disaggregation/prefill.py``;
+``normal`` / ``overlap`` = ``event_loop_normal_disagg_prefill`` /
+``event_loop_overlap_disagg_prefill``), every iteration in this order:
+
+1. ``ingest``: ``recv_requests`` + ``process_input_requests`` (0.5.19), or
+   ``ingest_requests`` (0.5.20+): new requests reach
+   ``PrefillBootstrapQueue.add``, aborts reach the queues;
+   then ``if self._engine_paused: continue`` skips every other phase;
+2. ``bootstrap``: ``pop_bootstrapped`` (one poll all-reduce over the whole
+   bootstrap queue, then each entry in queue order);
+3. ``batch``: ``get_next_disagg_prefill_batch_to_run`` and ``run_batch``
+   (the forward: long, and not atomic with respect to anything);
+4. ``result``: ``process_batch_result`` (overlap: the previous batch's);
+5. ``inflight``: ``process_disagg_prefill_inflight_queue`` (one poll
+   all-reduce over the whole inflight queue, then each entry), then
+   ``last_batch = batch`` and back to 1.
+
+0.5.22 and 0.5.23's overlap loop has one more way back to 1 without 5:
+with ``SGLANG_ENABLE_DISAGG_PREFILL_CONTINUOUS_INPUT_POLLING=1`` (off by
+default, env 22:664, 23:715; and only with attention DP = CP = 1) it
+``continue``s while the oldest batch result is not ready
+(pf 22:802-813, 23:838-852).  The model runs neither a paused prefill nor
+that option; both are in :data:`PREFILL_LOOP` as the ways the loop skips
+its inflight scan, so that a scenario that adds them lifts the assumption
+below with them.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+import attrs
+
+from reqmodel.model.state import PStage
+
+
+@attrs.frozen
+class Loop:
+    """A scheduler loop: its phases in the code's order, per release the code
+    lines of each, and the one timing assumption made about it."""
+
+    name: str
+    phases: Tuple[str, ...]
+    # per release: (normal loop lines, overlap loop lines) of each phase, pf
+    lines: Tuple[Tuple[str, Dict[str, str]], ...]
+    # the phases after which the loop comes back to its intake without a
+    # blocking call: a scan there is atomic with respect to an event that
+    # must first cross another process and come back as a new request
+    scan_before_intake: Tuple[str, ...]
+    # the code's ways back to intake that skip those scans (none modelled)
+    skips: Tuple[str, ...]
+
+
+PREFILL_LOOP = Loop(
+    name="prefill.scheduler",
+    phases=("ingest", "bootstrap", "batch", "result", "inflight"),
+    lines=(
+        ("0.5.19", {"ingest": "pf 19:599-600 / 19:638-639", "paused": "pf 19:601 / 19:640",
+                    "bootstrap": "pf 19:604 / 19:643", "batch": "pf 19:608-622 / 19:647-661",
+                    "result": "pf 19:623 / 19:670", "inflight": "pf 19:627 / 19:675"}),
+        ("0.5.20", {"ingest": "pf 20:620 / 20:659", "paused": "pf 20:621 / 20:660",
+                    "bootstrap": "pf 20:625 / 20:664", "batch": "pf 20:629-643 / 20:668-682",
+                    "result": "pf 20:644 / 20:691", "inflight": "pf 20:648 / 20:696"}),
+        ("0.5.21", {"ingest": "pf 21:673 / 21:716", "paused": "pf 21:674 / 21:717",
+                    "bootstrap": "pf 21:678 / 21:721", "batch": "pf 21:682-696 / 21:725-739",
+                    "result": "pf 21:697 / 21:749", "inflight": "pf 21:702 / 21:754"}),
+        ("0.5.22", {"ingest": "pf 22:669 / 22:755-757", "paused": "pf 22:670 / 22:758",
+                    "bootstrap": "pf 22:674 / 22:762", "batch": "pf 22:678-692 / 22:776-795",
+                    "result": "pf 22:693 / 22:816", "inflight": "pf 22:698 / 22:821",
+                    "continuous_input_polling": "pf 22:802-813 (env 22:664, off)"}),
+        ("0.5.23", {"ingest": "pf 23:691 / 23:784-786", "paused": "pf 23:692 / 23:788",
+                    "bootstrap": "pf 23:696 / 23:792", "batch": "pf 23:700-714 / 23:806-825",
+                    "result": "pf 23:715 / 23:855", "inflight": "pf 23:720 / 23:860",
+                    "continuous_input_polling": "pf 23:838-852 (env 23:715, off)"}),
+    ),
+    scan_before_intake=("inflight",),
+    skips=("paused", "continuous_input_polling"),
+)
+
+# Whose step each action is: (process, phase of the prefill loop or None).
+# A process is a worker's scheduler loop or one of its KV manager's threads;
+# the client's sends are not steps of their own (an intake step is the
+# scheduler taking in what the client sent).
+_PROCESS: Dict[str, Tuple[str, Optional[str]]] = {
+    # the prefill scheduler's loop
+    "p_intake": ("prefill.scheduler", "ingest"),
+    "p_door": ("prefill.scheduler", "ingest"),
+    "p_abort": ("prefill.scheduler", "ingest"),
+    "p_recompute": ("prefill.scheduler", "ingest"),
+    "p_pop_bootstrapped": ("prefill.scheduler", "bootstrap"),
+    "p_bootstrap_timeout": ("prefill.scheduler", "bootstrap"),
+    "p_resolve_waiting": ("prefill.scheduler", "batch"),
+    "p_forward": ("prefill.scheduler", "batch"),
+    "p_check_chunked": ("prefill.scheduler", "batch"),
+    "p_chunked_abort": ("prefill.scheduler", "batch"),
+    "p_req_waiting_timeout": ("prefill.scheduler", "batch"),
+    "p_result": ("prefill.scheduler", "result"),
+    "p_inflight": ("prefill.scheduler", "inflight"),
+    # polls that raise: the phase is that of the queue the request is in
+    "p_poll_popped_room": ("prefill.scheduler", None),
+    "p_unexpected_poll": ("prefill.scheduler", None),
+    # prefill's KV manager: the bootstrap thread and the transfer workers
+    "p_recv_metadata": ("prefill.bootstrap_thread", None),
+    "p_recv_abort": ("prefill.bootstrap_thread", None),
+    "xfer_dequeue": ("prefill.transfer_worker", None),
+    "xfer_write": ("prefill.transfer_worker", None),
+    "xfer_fail": ("prefill.transfer_worker", None),
+    "xfer_stray_lands": ("prefill.transfer_worker", None),
+    # the decode scheduler's loop
+    "d_intake": ("decode.scheduler", None),
+    "d_door": ("decode.scheduler", None),
+    "d_abort": ("decode.scheduler", None),
+    "d_prealloc_drop": ("decode.scheduler", None),
+    "d_unexpected_poll": ("decode.scheduler", None),
+    "d_prealloc": ("decode.scheduler", None),
+    "d_transferred": ("decode.scheduler", None),
+    "d_poll_popped_room": ("decode.scheduler", None),
+    "d_attend": ("decode.scheduler", None),
+    "d_respond": ("decode.scheduler", None),
+    "d_retract": ("decode.scheduler", None),
+    "d_resume": ("decode.scheduler", None),
+    "d_pause_retract": ("decode.scheduler", None),
+    "d_req_waiting_timeout": ("decode.scheduler", None),
+    "d_waiting_timeout": ("decode.scheduler", None),
+    "d_deferred_timeout": ("decode.scheduler", None),
+    # decode's KV manager: decode_thread
+    "d_recv_status": ("decode.decode_thread", None),
+    "d_drop_late_status": ("decode.decode_thread", None),
+    "d_recv_ack": ("decode.decode_thread", None),
+}
+
+_PHASE_OF_STAGE = {PStage.BOOTSTRAP: "bootstrap", PStage.WAITING: "batch",
+                   PStage.CHUNKED: "batch", PStage.INFLIGHT: "inflight"}
+
+
+def process_of(action: str) -> str:
+    """The process whose step ``action`` is (KeyError for an unknown one)."""
+    return _PROCESS[action][0]
+
+
+def phase_of(action: str, stage: PStage) -> Optional[str]:
+    """The prefill loop's phase of ``action`` taken on a request at prefill
+    stage ``stage`` (None: not a step of the prefill loop)."""
+    proc, phase = _PROCESS[action]
+    if proc != PREFILL_LOOP.name:
+        return None
+    return phase if phase is not None else _PHASE_OF_STAGE.get(stage)
+
+
+def actions_of_phase(phase: str) -> Tuple[str, ...]:
+    """The actions that can be a step of the prefill loop's ``phase``."""
+    return tuple(a for a, (proc, ph) in _PROCESS.items()
+                 if proc == PREFILL_LOOP.name
+                 and (ph == phase or (ph is None and phase in _PHASE_OF_STAGE.values())))
+
+
+def known() -> Tuple[str, ...]:
+    return tuple(_PROCESS)
