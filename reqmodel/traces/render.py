@@ -14,6 +14,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 import attrs
 
 from reqmodel.model import events as ev
+from reqmodel.model import processes
 from reqmodel.model.actions import BY_NAME, Event, Step
 from reqmodel.model.properties import CATALOG, WAITS
 from reqmodel.model.state import Finish, KVPoll, Msg, State
@@ -152,6 +153,7 @@ class Row:
     events: Tuple[str, ...]
     changed: Tuple[str, ...]
     violating: bool
+    process: str = ""  # the loop or thread whose step it is (model.processes)
 
 
 def rows(steps: Sequence[Step], states: Sequence[State], events, violating_last: bool) -> List[Row]:
@@ -160,11 +162,12 @@ def rows(steps: Sequence[Step], states: Sequence[State], events, violating_last:
         out.append(Row(i + 1, BY_NAME[step.action].actor, str(step),
                        tuple(_event_in_state(e, states[i]) for e in events[i]),
                        tuple(changes(states[i], states[i + 1])),
-                       violating_last and i == len(steps) - 1))
+                       violating_last and i == len(steps) - 1,
+                       processes.process_of(step.action)))
     return out
 
 
-def header(meta: dict) -> List[str]:
+def header(meta: dict, rs: Sequence[Row] = ()) -> List[str]:
     p = CATALOG.get(meta.get("property", ""))
     lines = [f"property: {meta.get('property')}" + (f" — {p.text}" if p else ""),
              f"release: {meta.get('release')}   scenario: {meta.get('scenario')}   "
@@ -172,7 +175,7 @@ def header(meta: dict) -> List[str]:
     desc = (meta.get("scenario_config") or {}).get("description")
     if desc:
         lines.append("scenario: " + " ".join(desc.split()))
-    lines += liveness_lines(meta)
+    lines += liveness_lines(meta, rs)
     return lines
 
 
@@ -187,14 +190,17 @@ def ends_text(meta: dict) -> str:
     return f"only a timeout ends it, the first after {first:g} s: " + "; ".join(parts)
 
 
-def liveness_lines(meta: dict) -> List[str]:
-    """For a liveness trace: who waits, and what ends the wait or repeats."""
+def liveness_lines(meta: dict, rs: Sequence[Row] = ()) -> List[str]:
+    """For a liveness trace: who waits, and what ends the wait or repeats
+    (for a lasso, the processes whose steps repeat, when the rows are given)."""
     rid = meta.get("request")
     if rid is None:
         return []
     if meta.get("loop") is not None:
-        return [f"lasso: the steps after state {meta['loop']} return to it and repeat forever; "
-                f"r{rid}'s client waits on every turn"]
+        cycling = list(dict.fromkeys(r.process for r in rs[meta["loop"]:] if r.process))
+        who = f" (steps of {', '.join(cycling)})" if cycling else ""
+        return [f"lasso: the steps after state {meta['loop']} return to it and repeat "
+                f"forever{who}; r{rid}'s client waits on every turn"]
     prop = CATALOG.get(meta.get("property", ""))
     if prop is not None and prop.stuck != WAITS:
         ends = ends_text(meta) if meta.get("ends_by") else "no timeout of the model applies: for good"
@@ -222,7 +228,7 @@ def markdown_table(meta: dict, rs: Sequence[Row]) -> List[str]:
 def to_markdown(meta: dict, rs: Sequence[Row]) -> str:
     out = [f"### `{meta.get('property')}` on SGLang {meta.get('release')} "
            f"(scenario `{meta.get('scenario')}`, {len(rs)} steps)", ""]
-    out += [f"> {line}" for line in header(meta)] + [""]
+    out += [f"> {line}" for line in header(meta, rs)] + [""]
     return "\n".join(out + markdown_table(meta, rs)) + "\n"
 
 
@@ -409,7 +415,7 @@ def to_report(meta: dict, rs: Sequence[Row], mermaid: str, trace_file: str) -> s
                 f"- **Closest upstream:** {'; '.join(f.upstream)}",
                 f"- **What an operator can change:** {f.fix}", "",
                 f.summary, ""]
-    wait = liveness_lines(meta)
+    wait = liveness_lines(meta, rs)
     out += wait + ([""] if wait else [])
     out += ["<details><summary>Every step, with the state it changes</summary>", ""]
     out += markdown_table(meta, rs)

@@ -1,0 +1,148 @@
+"""Is every step of a trace one its process could take at that point of its
+loop?  A check of a trace against ``model.processes``, independent of how the
+model enforces the same order.
+
+The model enforces the prefill loop's order through a history variable and
+a guard (``model.actions.intake``).  This module re-derives it from the
+trace alone: it replays the steps, builds the happens-before relation of
+the run (vector clocks over the processes of ``model.processes``: each
+process's own order, a message from the step that put it in flight to the
+step that took it, a worker's threads through the request they both touch,
+and the client, who sends the next user of a room only after the answers
+it waits for), and then checks the loop's rule:
+
+    if prefill's inflight scan became due for a request at step ``e``, and
+    the prefill loop takes in a request at step ``j`` that happens after
+    ``e``, the loop ran its inflight scan on that request between the two
+    (``processes.PREFILL_LOOP.scan_before_intake``; the loop comes back
+    from that scan to its intake without blocking, so nothing that needed
+    another process can arrive in between).
+
+A step that breaks it is one the code's loop order forbids.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import attrs
+
+from reqmodel.model import processes
+from reqmodel.model.actions import Ctx, Step
+from reqmodel.model.events import Stream
+from reqmodel.model.releases import Release
+from reqmodel.model.scenario import Scenario
+
+
+@attrs.frozen
+class OrderViolation:
+    step: int  # 1-based index of the step the loop could not take there
+    due_since: int  # 1-based index of the step after which the scan was due
+    request: int  # the request the scan was due for
+    text: str
+
+
+def _instance(step: Step) -> str:
+    proc = processes.process_of(step.action)
+    if proc == "prefill.transfer_worker":  # one per prefill rank
+        q = step.arg[0] if step.arg else 0
+        return f"{proc}[{q}]"
+    return proc
+
+
+def _worker(proc: str) -> str:
+    return proc.split(".", 1)[0]
+
+
+def happens_before(ctx: Ctx, states: Sequence, events: Sequence, steps: Sequence[Step]
+                   ) -> List[Dict[str, int]]:
+    """One vector clock per step (``clock[j][p]``: the last step of process
+    ``p`` that happens before or is step ``j``, 1-based; 0: none)."""
+    sc = ctx.scenario
+    clocks: List[Dict[str, int]] = []
+    last_of: Dict[str, int] = {}  # process instance -> its last step
+    sent_by: Dict[object, List[int]] = {}  # message -> steps that put a copy in flight
+    touched: Dict[Tuple[str, int], int] = {}  # (worker, request) -> last step
+    answered_at: Dict[int, List[int]] = {}  # request -> steps that streamed an answer
+
+    def join(a: Dict[str, int], b: Dict[str, int]) -> None:
+        for k, v in b.items():
+            if a.get(k, 0) < v:
+                a[k] = v
+
+    for j, step in enumerate(steps, start=1):
+        proc = _instance(step)
+        clock: Dict[str, int] = {}
+        if proc in last_of:
+            join(clock, clocks[last_of[proc] - 1])
+        before, after = states[j - 1], states[j]
+        # messages taken by this step
+        gone = list(before.net)
+        for m in after.net:
+            if m in gone:
+                gone.remove(m)
+        for m in gone:
+            senders = sent_by.get(m)
+            if senders:
+                join(clock, clocks[senders.pop(0) - 1])
+        # the worker's other threads, through the request they share
+        w = _worker(proc)
+        if (w, step.rid) in touched:
+            join(clock, clocks[touched[(w, step.rid)] - 1])
+        # the client sends the next user of a room after the answers it waits for
+        if step.action in ("p_intake", "d_intake"):
+            prev = sc.previous_user(step.rid)
+            if prev is not None and sc.room_users != "concurrent":
+                for a in answered_at.get(prev, ()):
+                    join(clock, clocks[a - 1])
+        clock[proc] = j
+        clocks.append(clock)
+        last_of[proc] = j
+        touched[(w, step.rid)] = j
+        added = list(after.net)
+        for m in before.net:
+            if m in added:
+                added.remove(m)
+        for m in added:
+            sent_by.setdefault(m, []).append(j)
+        for ev in events[j - 1]:
+            if isinstance(ev, Stream):
+                answered_at.setdefault(ev.rid, []).append(j)
+    return clocks
+
+
+def check(release: Release, scenario: Scenario, steps: Sequence[Step]
+          ) -> List[OrderViolation]:
+    """The steps of ``steps`` that the prefill loop's order forbids (empty:
+    none).  ``steps`` must replay (``engines.exhaustive.replay``)."""
+    from reqmodel.engines.exhaustive import replay
+    from reqmodel.model.actions.intake import inflight_scan_due
+
+    ctx = Ctx(release=release, scenario=scenario)
+    states, events, bad = replay(release, scenario, steps)
+    if bad is not None:
+        raise ValueError(f"step {bad + 1} ({steps[bad]}) does not replay")
+    clocks = happens_before(ctx, states, events, steps)
+    loop = processes.PREFILL_LOOP
+    found: List[OrderViolation] = []
+    due_since: Dict[int, Optional[int]] = {r: None for r in range(scenario.n)}
+    for j, step in enumerate(steps, start=1):
+        before = states[j - 1]
+        phase = processes.phase_of(step.action, before.p[step.rid].stage)
+        if phase == "ingest" and processes.process_of(step.action) == loop.name:
+            for r0, e in due_since.items():
+                if e is not None and r0 != step.rid and clocks[j - 1].get(
+                        _instance(steps[e - 1]), 0) >= e:
+                    found.append(OrderViolation(
+                        j, e, r0,
+                        f"step {j} {step}: the prefill loop takes in a request that was sent "
+                        f"after step {e} ({steps[e - 1]}), which made its inflight scan due "
+                        f"for r{r0}; the loop runs that scan before it comes back to its "
+                        f"intake ({', '.join(loop.scan_before_intake)} -> ingest)"))
+        after = states[j]
+        for r in range(scenario.n):
+            due = "inflight" in loop.scan_before_intake and inflight_scan_due(ctx, after, r)
+            if not due:
+                due_since[r] = None
+            elif due_since[r] is None or (phase == "inflight" and step.rid == r):
+                due_since[r] = j
+    return found
