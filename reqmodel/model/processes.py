@@ -87,57 +87,35 @@ PREFILL_LOOP = Loop(
     skips=("paused", "continuous_input_polling"),
 )
 
-# Whose step each action is: (process, phase of the prefill loop or None).
-# A process is a worker's scheduler loop or one of its KV manager's threads;
-# the client's sends are not steps of their own (an intake step is the
-# scheduler taking in what the client sent).
-_PROCESS: Dict[str, Tuple[str, Optional[str]]] = {
-    # the prefill scheduler's loop
-    "p_intake": ("prefill.scheduler", "ingest"),
-    "p_door": ("prefill.scheduler", "ingest"),
-    "p_abort": ("prefill.scheduler", "ingest"),
-    "p_recompute": ("prefill.scheduler", "ingest"),
-    "p_pop_bootstrapped": ("prefill.scheduler", "bootstrap"),
-    "p_bootstrap_timeout": ("prefill.scheduler", "bootstrap"),
-    "p_resolve_waiting": ("prefill.scheduler", "batch"),
-    "p_forward": ("prefill.scheduler", "batch"),
-    "p_check_chunked": ("prefill.scheduler", "batch"),
-    "p_chunked_abort": ("prefill.scheduler", "batch"),
-    "p_req_waiting_timeout": ("prefill.scheduler", "batch"),
-    "p_result": ("prefill.scheduler", "result"),
-    "p_inflight": ("prefill.scheduler", "inflight"),
-    # polls that raise: the phase is that of the queue the request is in
-    "p_poll_popped_room": ("prefill.scheduler", None),
-    "p_unexpected_poll": ("prefill.scheduler", None),
+# Whose step each action is, by process and, for the prefill loop, by phase
+# (None: no phase of its own). A process is a worker's scheduler loop or one
+# of its KV manager's threads; the client's sends are not steps of their own
+# (an intake step is the scheduler taking in what the client sent).
+_STEPS: Dict[str, Dict[Optional[str], Tuple[str, ...]]] = {
+    "prefill.scheduler": {
+        "ingest": ("p_intake", "p_door", "p_abort", "p_recompute"),
+        "bootstrap": ("p_pop_bootstrapped", "p_bootstrap_timeout"),
+        "batch": ("p_resolve_waiting", "p_forward", "p_check_chunked", "p_chunked_abort",
+                  "p_req_waiting_timeout"),
+        "result": ("p_result",),
+        "inflight": ("p_inflight",),
+        # polls that raise: the phase is that of the queue the request is in
+        None: ("p_poll_popped_room", "p_unexpected_poll"),
+    },
     # prefill's KV manager: the bootstrap thread and the transfer workers
-    "p_recv_metadata": ("prefill.bootstrap_thread", None),
-    "p_recv_abort": ("prefill.bootstrap_thread", None),
-    "xfer_dequeue": ("prefill.transfer_worker", None),
-    "xfer_write": ("prefill.transfer_worker", None),
-    "xfer_fail": ("prefill.transfer_worker", None),
-    "xfer_stray_lands": ("prefill.transfer_worker", None),
-    # the decode scheduler's loop
-    "d_intake": ("decode.scheduler", None),
-    "d_door": ("decode.scheduler", None),
-    "d_abort": ("decode.scheduler", None),
-    "d_prealloc_drop": ("decode.scheduler", None),
-    "d_unexpected_poll": ("decode.scheduler", None),
-    "d_prealloc": ("decode.scheduler", None),
-    "d_transferred": ("decode.scheduler", None),
-    "d_poll_popped_room": ("decode.scheduler", None),
-    "d_attend": ("decode.scheduler", None),
-    "d_respond": ("decode.scheduler", None),
-    "d_retract": ("decode.scheduler", None),
-    "d_resume": ("decode.scheduler", None),
-    "d_pause_retract": ("decode.scheduler", None),
-    "d_req_waiting_timeout": ("decode.scheduler", None),
-    "d_waiting_timeout": ("decode.scheduler", None),
-    "d_deferred_timeout": ("decode.scheduler", None),
+    "prefill.bootstrap_thread": {None: ("p_recv_metadata", "p_recv_abort")},
+    "prefill.transfer_worker": {None: ("xfer_dequeue", "xfer_write", "xfer_fail",
+                                       "xfer_stray_lands")},
+    "decode.scheduler": {None: (
+        "d_intake", "d_door", "d_abort", "d_prealloc_drop", "d_unexpected_poll", "d_prealloc",
+        "d_transferred", "d_poll_popped_room", "d_attend", "d_respond", "d_retract", "d_resume",
+        "d_pause_retract", "d_req_waiting_timeout", "d_waiting_timeout", "d_deferred_timeout")},
     # decode's KV manager: decode_thread
-    "d_recv_status": ("decode.decode_thread", None),
-    "d_drop_late_status": ("decode.decode_thread", None),
-    "d_recv_ack": ("decode.decode_thread", None),
+    "decode.decode_thread": {None: ("d_recv_status", "d_drop_late_status", "d_recv_ack")},
 }
+_PROCESS: Dict[str, Tuple[str, Optional[str]]] = {
+    a: (proc, phase) for proc, by_phase in _STEPS.items()
+    for phase, names in by_phase.items() for a in names}
 
 _PHASE_OF_STAGE = {PStage.BOOTSTRAP: "bootstrap", PStage.WAITING: "batch",
                    PStage.CHUNKED: "batch", PStage.INFLIGHT: "inflight"}

@@ -31,6 +31,7 @@ from reqmodel.model.actions import Ctx, Step
 from reqmodel.model.events import Stream
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
+from reqmodel.traces.render import net_changes
 
 
 @attrs.frozen
@@ -74,12 +75,8 @@ def happens_before(ctx: Ctx, states: Sequence, events: Sequence, steps: Sequence
         clock: Dict[str, int] = {}
         if proc in last_of:
             join(clock, clocks[last_of[proc] - 1])
-        before, after = states[j - 1], states[j]
+        added, gone = net_changes(states[j - 1], states[j])
         # messages taken by this step
-        gone = list(before.net)
-        for m in after.net:
-            if m in gone:
-                gone.remove(m)
         for m in gone:
             senders = sent_by.get(m)
             if senders:
@@ -98,10 +95,6 @@ def happens_before(ctx: Ctx, states: Sequence, events: Sequence, steps: Sequence
         clocks.append(clock)
         last_of[proc] = j
         touched[(w, step.rid)] = j
-        added = list(after.net)
-        for m in before.net:
-            if m in added:
-                added.remove(m)
         for m in added:
             sent_by.setdefault(m, []).append(j)
         for ev in events[j - 1]:
@@ -124,11 +117,11 @@ def check(release: Release, scenario: Scenario, steps: Sequence[Step]
     clocks = happens_before(ctx, states, events, steps)
     loop = processes.PREFILL_LOOP
     found: List[OrderViolation] = []
+    inflight_first = "inflight" in loop.scan_before_intake
     due_since: Dict[int, Optional[int]] = {r: None for r in range(scenario.n)}
     for j, step in enumerate(steps, start=1):
-        before = states[j - 1]
-        phase = processes.phase_of(step.action, before.p[step.rid].stage)
-        if phase == "ingest" and processes.process_of(step.action) == loop.name:
+        phase = processes.phase_of(step.action, states[j - 1].p[step.rid].stage)
+        if phase == "ingest":  # phase_of names only the prefill loop's phases
             for r0, e in due_since.items():
                 if e is not None and r0 != step.rid and clocks[j - 1].get(
                         _instance(steps[e - 1]), 0) >= e:
@@ -140,7 +133,7 @@ def check(release: Release, scenario: Scenario, steps: Sequence[Step]
                         f"intake ({', '.join(loop.scan_before_intake)} -> ingest)"))
         after = states[j]
         for r in range(scenario.n):
-            due = "inflight" in loop.scan_before_intake and inflight_scan_due(ctx, after, r)
+            due = inflight_first and inflight_scan_due(ctx, after, r)
             if not due:
                 due_since[r] = None
             elif due_since[r] is None or (phase == "inflight" and step.rid == r):
