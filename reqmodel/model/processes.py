@@ -53,8 +53,8 @@ class Loop:
     phases: Tuple[str, ...]
     # per release: (normal loop lines, overlap loop lines) of each phase, pf
     lines: Tuple[Tuple[str, Dict[str, str]], ...]
-    # the phases after which the loop comes back to its intake without a
-    # blocking call: a scan there is atomic with respect to an event that
+    # the phases after which the loop comes back to its intake waiting for
+    # no other process: a scan there is atomic with respect to an event that
     # must first cross another process and come back as a new request
     scan_before_intake: Tuple[str, ...]
     # the code's ways back to intake that skip those scans (none modelled)

@@ -67,13 +67,13 @@ HISTORY.append(note_client_waits)
 
 def _ingest_after_inflight_scan(c: Ctx, s: State, r: int) -> bool:
     """The prefill loop runs its inflight scan, then comes back to its intake
-    without a blocking call (``processes.PREFILL_LOOP``, pf 21:702-705 and
-    21:754-762 then 21:673, each release alike).  A request sent only after
+    waiting for no other process (``processes.PREFILL_LOOP``, pf 21:702-705
+    and 21:754-762 then 21:673, each release alike).  A request sent only after
     the client had the answers for the earlier user of its room needed a
     round trip through decode and the client; if prefill's inflight scan was
     already due for that earlier user then, the scan comes first: the loop
     takes the new request in only after the scan acted on the earlier one
-    (stated in notes/design.md, "Timing assumptions").  Not assumed of a
+    (notes/design.md, "Processes and timing assumptions").  Not assumed of a
     paused prefill or of 0.5.22+'s continuous input polling, which skip the
     scan; the model runs neither."""
     prev = c.scenario.previous_user(r)
