@@ -227,7 +227,7 @@ def gated(ctx: Ctx, s) -> Iterable[int]:
     (``decode.transfer_poll``), so ``pop_transferred`` must leave them alone."""
     for r in range(ctx.scenario.n):
         req = s.d[r]
-        if (req.stage is DStage.TRANSFER and not s.crashed()
+        if (req.stage is DStage.TRANSFER and not s.halted()
                 and actions.kvmanager.receiver_poll(ctx, s, r) == KVPoll.Success
                 and actions.decode.transfer_poll(ctx, s, r) != KVPoll.Success):
             yield r
@@ -235,7 +235,7 @@ def gated(ctx: Ctx, s) -> Iterable[int]:
 
 def held(ctx: Ctx, s) -> Iterable[int]:
     """Requests decode holds for their drain ack (on any decode rank)."""
-    if s.crashed():
+    if s.halted():
         return ()
     return [r for r in range(ctx.scenario.n) if s.d[r].stage is DStage.HELD]
 
@@ -293,7 +293,7 @@ def prealloc_cases(ctx: Ctx, s) -> Iterable[Tuple[int, Tuple[dict, dict]]]:
     queue = prealloc_queue(ctx, s)
     # process_decode_queue does not call pop_preallocated while a request
     # waits retracted (dpool.retracted_waiting): no case there
-    if (sc.decode.ranks != 1 or sc.decode.radix_cache or not queue or s.crashed()
+    if (sc.decode.ranks != 1 or sc.decode.radix_cache or not queue or s.halted()
             or actions.dpool.retracted_waiting(s)
             or any(s.d[r].rebootstrap or not s.d[r].has_receiver for r in queue)):
         return
@@ -357,7 +357,7 @@ def case_of(ctx: Ctx, s, name: str, r: int) -> Optional[Tuple[dict, dict]]:
     or None when the seam is not driven for it (see notes/conformance.md)."""
     a = BY_NAME[name]
     nxt, evs = a.effect(ctx, s, r, ())
-    if nxt.crashed():
+    if nxt.halted():
         # the step ends where release_kv_cache's assertion raises (memc
         # 19:257-260); the adapter's release_kv_cache is a spy that does not
         # raise, and the tree cache is not this seam's (notes/conformance.md)
@@ -414,7 +414,7 @@ class Collector:
             self.per_seam.get(seam, 0) >= PER_SEAM for seam in SEAMS_WITH_MINIMUM)
 
     def add_state(self, ctx: Ctx, s, origin: str) -> None:
-        if s.crashed():  # nothing runs after a crash
+        if s.halted():  # nothing runs after a crash
             return
         for name, r in seam_steps(ctx, s):
             if name == "d_transferred":

@@ -335,7 +335,7 @@ def ends_by(ctx: Ctx, states: Sequence, edges: Edges, start: int, rid: int
     found = set()
     for v in np.flatnonzero(_reached(own.n, own.src, own.dst, np.array([start]))).tolist():
         s = states[v]
-        if s.crashed():  # nothing moves after a crash
+        if s.halted():  # nothing moves after a crash
             continue
         for a in ACTIONS:
             if a.timeout is None:

@@ -175,14 +175,15 @@ def permute_prefill_ranks(s: State, perm: Sequence[int]) -> State:
 
 def permute_ranks(s: State, perm: Sequence[int]) -> State:
     """Rename decode rank k to ``perm[k]`` everywhere a rank is named: each
-    request's per-rank ABORT/ACK state, each room's ack targets and peers,
+    request's per-rank ABORT/ACK state and release, each room's ack targets and peers,
     and the messages (re-sorted: each channel keeps its order)."""
     def ks(xs):
         return tuple(sorted(perm[k] for k in xs))
 
     def first(xs):
         return tuple(sorted((perm[x[0]],) + tuple(x[1:]) for x in xs))
-    d = tuple(replace(x, notified=ks(x.notified), held=ks(x.held)) for x in s.d)
+    d = tuple(replace(x, notified=ks(x.notified), held=ks(x.held),
+                      released_on=ks(x.released_on), split=ks(x.split)) for x in s.d)
     rooms = tuple(replace(rm, ack_to=first(rm.ack_to), peers=ks(rm.peers)) for rm in s.rooms)
     d_rooms = tuple(replace(t, armed=first(t.armed), acked=first(t.acked)) for t in s.d_rooms)
     # ranks are permuted only with one prefill rank (scenario: not both above 1)

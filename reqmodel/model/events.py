@@ -230,6 +230,24 @@ class RankRelease(Event):
 
 
 @attrs.frozen
+class RanksSplit(Event):
+    """Decode's ranks decide differently about one request from rank-local
+    state: ``call`` (``pop_preallocated``, ``resume_retracted_reqs``) takes it
+    on ranks ``took`` and leaves it queued on ranks ``kept``, whose own pools
+    still hold pages or a metadata slot their peers freed."""
+
+    kind: ClassVar[str] = "ranks_split"
+    call: str
+    took: Tuple[int, ...]
+    kept: Tuple[int, ...]
+
+    def describe(self) -> str:
+        return (f"decode's ranks DIVERGE: {self.call} takes the request on rank(s) "
+                f"{_pages(self.took)} and keeps it queued on rank(s) {_pages(self.kept)}, "
+                "whose pools still hold what the others freed")
+
+
+@attrs.frozen
 class CorruptionAbort(Event):
     """Decode aborts the request as corrupted: the commit found another
     room's id in the metadata slot (``check == "room"``, "Context corruption

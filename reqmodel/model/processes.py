@@ -109,7 +109,9 @@ _STEPS: Dict[str, Dict[Optional[str], Tuple[str, ...]]] = {
     "decode.scheduler": {None: (
         "d_intake", "d_door", "d_abort", "d_prealloc_drop", "d_unexpected_poll", "d_prealloc",
         "d_transferred", "d_poll_popped_room", "d_attend", "d_respond", "d_retract", "d_resume",
-        "d_pause_retract", "d_req_waiting_timeout", "d_waiting_timeout", "d_deferred_timeout")},
+        "d_pause_retract", "d_req_waiting_timeout", "d_waiting_timeout", "d_deferred_timeout",
+        # every decode rank's loop at once, where their own pools decide apart
+        "d_prealloc_splits")},
     # decode's KV manager: decode_thread
     "decode.decode_thread": {None: ("d_recv_status", "d_drop_late_status", "d_recv_ack")},
 }

@@ -296,6 +296,20 @@ prop(
 
 
 prop(
+    name="ranks-stay-in-step", kind="always", ref="#51",
+    gate="lifetime", on_violation="fail",
+    text="Decode's ranks of one attention-TP group take the same scheduling decisions: no "
+         "request is preallocated or resumed on some ranks and left queued on others because "
+         "one rank's own pool still holds pages or a metadata slot its peers freed. Ranks that "
+         "disagree enter their next collectives with different queues: one waits in a poll "
+         "all-reduce while a peer with an empty queue has gone on to another collective (a hang "
+         "until the CPU group's timeout, then the scheduler dies), or their poll lengths differ "
+         "and gloo aborts the process.",
+    state=lambda s: not s.diverged(),
+)
+
+
+prop(
     name="ack-belongs-to-its-hold", kind="always", ref="#3",
     gate="lifetime", on_violation="warn",
     text="A held decode request lets its pages go on drain acks only when each ack answers its "
@@ -380,10 +394,12 @@ def answered(s: State, r: int) -> bool:
 
 
 def settled(s: State, r: int) -> bool:
-    """Request r is ``answered``, or a scheduler died: a crashed server
-    answers nobody, but its clients get a connection error, not a wait for a
-    timeout, and ``no-scheduler-crash`` reports the crash."""
-    return answered(s, r) or s.crashed()
+    """Request r is ``answered``, or the model stops (``State.halted``): a
+    crashed server answers nobody, but its clients get a connection error,
+    not a wait for a timeout, and ``no-scheduler-crash`` reports the crash;
+    ranks that diverged are past what the model follows, and
+    ``ranks-stay-in-step`` reports them."""
+    return answered(s, r) or s.halted()
 
 
 def waiting(s: State, r: int) -> bool:
@@ -428,9 +444,9 @@ def ended(s: State, r: int) -> bool:
 
 
 def ended_or_down(s: State, r: int) -> bool:
-    """Request r has ``ended`` on both workers, or a scheduler died (as in
+    """Request r has ``ended`` on both workers, or the model stops (as in
     ``settled``)."""
-    return ended(s, r) or s.crashed()
+    return ended(s, r) or s.halted()
 
 
 def held_after_abort(s: State, r: int) -> bool:

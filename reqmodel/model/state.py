@@ -162,6 +162,19 @@ class DecodeReq:
     notified: Tuple[int, ...] = ()  # ranks whose receiver sent ABORT (abort_notified)
     held: Tuple[int, ...] = ()  # ranks still holding the pages in deferred release
     released_on_ack: bool = False  # history: a hold ended on every rank's drain ack
+    # decode ranks that have already freed their copy of the request's pages
+    # and metadata slot while other ranks still hold them (each rank releases
+    # a failed transfer's hold on its own up to 0.5.22): the one picture of
+    # the pool (``State.d_pages``) keeps the pages owned until the last rank
+    # lets go, and ``State.rank_free_pages`` reads each rank's own pool
+    released_on: Tuple[int, ...] = attrs.field(default=(), metadata=ITF_OMIT)
+    # history: some rank let the hold go at its own deferral deadline, so
+    # the hold does not end on every holding rank's drain ack
+    deadline_passed: bool = attrs.field(default=False, metadata=ITF_OMIT)
+    # history: the decode ranks that admitted this request in a
+    # ``pop_preallocated`` (or resumed it) where their peers could not: the
+    # ranks' queues differ from here on (``State.halted``)
+    split: Tuple[int, ...] = attrs.field(default=(), metadata=ITF_OMIT)
     client_aborted: bool = False  # this worker has handled the client's abort
     session_slot: bool = False
     cache_handle: bool = False
@@ -388,6 +401,21 @@ class State:
         moves on in the model (a step after it is no step of the code's)."""
         return any(r.crashed for r in self.p) or any(r.crashed for r in self.d)
 
+    def diverged(self) -> bool:
+        """Decode's ranks took different scheduling decisions for a request
+        (``DecodeReq.split``): their queues differ, so they enter their next
+        collectives with different queues (one waits in a poll all-reduce
+        while a peer is in another collective, or the lengths differ).  The
+        model keeps one picture of the ranks in lockstep and does not follow
+        them past this point."""
+        return any(r.split for r in self.d)
+
+    def halted(self) -> bool:
+        """Nothing moves in the model from here: a scheduler crashed, or
+        decode's ranks diverged (what each then does is no longer one
+        picture)."""
+        return self.crashed() or self.diverged()
+
     def p_pages_used(self) -> int:
         return sum(r.kv_pages for r in self.p)
 
@@ -396,6 +424,17 @@ class State:
 
     def free_d_pages(self) -> Tuple[int, ...]:
         return tuple(i for i, pg in enumerate(self.d_pages) if pg.owner is None)
+
+    def rank_free_pages(self, k: int) -> Tuple[int, ...]:
+        """The pages decode rank ``k``'s own pool has free: free in the
+        picture, or held only by ranks other than ``k``."""
+        return tuple(i for i, pg in enumerate(self.d_pages)
+                     if pg.owner is None or k in self.d[pg.owner].released_on)
+
+    def rank_free_slots(self, k: int) -> int:
+        """How many metadata slots decode rank ``k``'s allocator has free."""
+        return sum(1 for sl in self.d_slots
+                   if sl.owner is None or k in self.d[sl.owner].released_on)
 
     def msgs(self, kind: str, rid: int) -> Tuple[Msg, ...]:
         return tuple(m for m in self.net if m.kind == kind and m.rid == rid)

@@ -212,7 +212,7 @@ def machine(release: Release, scenario, props: Sequence[Property],
             timers, state = self._timers, self.state
             # nothing moves after a crash (Action.enabled)
             # event flags checked, and the guards' needs (Ctx.indexed)
-            for a, r in (() if state.crashed() else ctx.indexed(state)):
+            for a, r in (() if state.halted() else ctx.indexed(state)):
                 if (a.event_flag is None or (a.name, r) in timers) and a.guard(ctx, state, r):
                     full[a.name].append(r)
             due = {k: [r for r in v if self._due(k, r)] for k, v in full.items()

@@ -151,7 +151,7 @@ class Action:
     def enabled(self, ctx: Ctx, s: State, rid: int) -> bool:
         """Allowed, not after a crash (``State.crashed``: a dead scheduler
         takes its server down, so nothing moves on), and the guard holds."""
-        return self.allowed(ctx.scenario, rid) and not s.crashed() and self.guard(ctx, s, rid)
+        return self.allowed(ctx.scenario, rid) and not s.halted() and self.guard(ctx, s, rid)
 
     def args(self, ctx: Ctx, s: State, rid: int) -> Iterable[Tuple]:
         return self.choices(ctx, s, rid) if self.choices else ((),)
@@ -279,8 +279,9 @@ def successors(ctx: Ctx, s: State, max_choices: Optional[int] = None
 
 def enabled(ctx: Ctx, s: State) -> Iterable[Tuple[Action, int]]:
     """Every (action, request) whose guard holds in ``s``, in registry order;
-    none after a crash (as ``Action.enabled``)."""
-    if s.crashed():
+    none after a crash or once decode's ranks diverged (``State.halted``, as
+    ``Action.enabled``)."""
+    if s.halted():
         return
     # the event flags are checked once per context, the guards' needs once
     # per stages and messages in flight (``Needs``)
@@ -302,6 +303,9 @@ def why_not(ctx: Ctx, s: State, step: Step) -> str:
         return f"the scenario's [events] {a.event_flag} is off for request {r}"
     if s.crashed():
         return "a scheduler crashed at an earlier step, and nothing moves after a crash"
+    if s.halted():
+        return ("decode's ranks diverged at an earlier step, and the model does not follow "
+                "them past it")
     if not a.guard(ctx, s, r):
         name = getattr(a.guard, "__name__", "its guard").lstrip("_")
         return (f"its guard {name} does not hold for request {r} (prefill "

@@ -357,9 +357,10 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     if not holders:
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, cache_handle=False, session_slot=False)
         return s, evs
-    if len(holders) < c.scenario.decode.ranks:  # the other ranks release now
-        evs += (RankRelease(r, "decode", tuple(k for k in all_ranks(c) if k not in holders)),)
-    s = set_d(s, r, stage=DStage.HELD, held=holders)
+    freed = tuple(k for k in all_ranks(c) if k not in holders)
+    if freed:  # the other ranks release now
+        evs += (RankRelease(r, "decode", freed),)
+    s = set_d(s, r, stage=DStage.HELD, held=holders, released_on=freed)
     s, ev2 = resolve_held(c, s, r)
     return s, evs + ev2
 
@@ -542,8 +543,10 @@ def resolve_held(c: Ctx, s: State, r: int, tracker: Optional[DRoom] = None) -> E
     19:2416, 22:2894-2898; the tracker is the room's, whoever armed it).  Up
     to 0.5.22 each rank decides alone; 0.5.23 MIN-reduces readiness, so the
     ranks release together.  The pool is one picture of every rank's pool in
-    lockstep: its pages free when the last rank lets go (the ranks in
-    between have diverged)."""
+    lockstep: its pages free when the last rank lets go; until then
+    ``released_on`` names the ranks whose own pool has them back
+    (``State.rank_free_pages``), which ``pop_preallocated`` reads
+    (``ranks.d_prealloc_splits``)."""
     req = s.d[r]
     if req.stage is not DStage.HELD:
         return s, ()
@@ -556,7 +559,8 @@ def resolve_held(c: Ctx, s: State, r: int, tracker: Optional[DRoom] = None) -> E
     evs = (AckRelease(r, "decode", tuple(sorted({o for k, _, o in tracker.acked if k in ready}))),)
     held = tuple(k for k in req.held if k not in ready)
     if held:
-        return set_d(s, r, held=held), evs + (RankRelease(r, "decode", ready),)
+        freed = tuple(sorted(req.released_on + ready))
+        return set_d(s, r, held=held, released_on=freed), evs + (RankRelease(r, "decode", ready),)
     s, ev2 = do_release(c, s, r, on_ack=True)
     return s, evs + ev2
 
@@ -565,7 +569,8 @@ def do_release(c: Ctx, s: State, r: int, on_ack: bool) -> Effect:
     """``_do_release`` (dc 2390/2477/2791/2909/3018): the held pages and slot are
     freed on every rank still holding, and ``clear_deferred_abort_state(room)``
     pops the room's drain-ack tracker, whoever armed it."""
-    s = set_d(d_release(c, s, r), r, stage=DStage.GONE, held=(),
+    on_ack = on_ack and not s.d[r].deadline_passed
+    s = set_d(d_release(c, s, r), r, stage=DStage.GONE, held=(), released_on=(),
               released_on_ack=on_ack, cache_handle=False, session_slot=False)
     s = set_d_room(c, s, r, armed=(), acked=())
     return s, (Release(r, "decode", "kv", True),)

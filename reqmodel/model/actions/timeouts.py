@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
-from reqmodel.model.events import AckDropped
+from reqmodel.model.events import AckDropped, RankRelease
 from reqmodel.model.actions.core import (action, CHANNEL_ARG, Ctx, Effect, Event, Needs, pranks,
                                          RANK_ARG, set_d)
 from reqmodel.model.actions.decode import do_release, resolve_held
@@ -102,10 +102,31 @@ def _held(c, s, r):
     return s.d[r].stage is DStage.HELD
 
 
-@action("decode", guard=_held, needs=Needs(d={DStage.HELD}), event="timeouts",
+def _deadline_ranks(c, s, r):
+    """Whose deadline passes: up to 0.5.22 each holding rank's, on its own
+    clock; from 0.5.23 every rank's at once (the release is MIN-reduced)."""
+    if c.release.release_reduced:
+        return ((),)
+    return rank_args(c, s.d[r].held)
+
+
+@action("decode", guard=_held, needs=Needs(d={DStage.HELD}), choices=_deadline_ranks,
+        event="timeouts", arg_names=RANK_ARG,
         timeout="SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT")
 def d_deferred_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT`` (30 s): a held
-    device entry is released anyway ("releasing anyway", dc 19:2405-2436).  The
-    ranks set their deadlines in the same iteration, so they pass together."""
+    device entry is released anyway ("releasing anyway", dc 19:2405-2436).
+    Each rank armed its deadline in the iteration that agreed on the failure,
+    each on its own clock, and up to 0.5.22 checks it alone
+    (``now >= deadline``, dc 19:2413-2420, 21:2838-2843, 22:2976-2982): the
+    deadlines can pass one iteration apart, and a rank whose deadline passed
+    frees its copy while its peers hold.  0.5.23 MIN-reduces readiness over
+    every held entry (dc 23:3053-3069): the ranks release together, at the
+    last rank's deadline."""
+    if arg and len(s.d[r].held) > 1:
+        k = rank_of(arg)
+        req = s.d[r]
+        s = set_d(s, r, held=tuple(x for x in req.held if x != k),
+                  released_on=tuple(sorted(req.released_on + (k,))), deadline_passed=True)
+        return s, (RankRelease(r, "decode", (k,)),)
     return do_release(c, s, r, on_ack=False)
