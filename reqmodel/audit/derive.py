@@ -186,6 +186,11 @@ def traffic_probes(rel: Release, p: Role, d: Role, st: Settings,
                       "resumes into whichever pages are free", st),
     ]
     notes: List[str] = []
+    if d.attn_tp > 1:
+        out.append(_from_builtin(
+            "rank-admission", "decode-rank-admission",
+            f"decode attention TP {d.attn_tp}: each decode rank lets a failed transfer's hold "
+            "go on its own and admits the next request from its own pool", st))
     if d.attn_tp > p.attn_tp:
         out.append(_from_builtin(
             "two-rank-abort", "decode-ranks",
