@@ -353,26 +353,22 @@ ESTABLISHED = {
     # ... and decode's checksum abort of a page prefill never wrote is right
     ("no-false-corruption-abort", "auto-truncate-checksum"): ["H", "H", "H", "H", "H"],
     # issue #51: decode's ranks deciding alone.  Up to 0.5.22 each decode
-    # rank ends a failed transfer's hold on its own (0.5.19/0.5.20: only the
-    # rank that sent ABORT holds; 0.5.21/0.5.22: each on its own drain ack),
-    # and pop_preallocated admits the next request from each rank's own pool:
+    # rank ends a failed transfer's hold on its own drain ack, and
+    # pop_preallocated admits the next request from each rank's own pool:
     # the ranks split.  0.5.23 agrees on the hold and reduces the release.
-    # The other violations are the families of inflight-reuse (a write that
-    # outlives the deferral), two-rank-abort (a lost drain ack, which here
-    # also keeps request 1 waiting for the 30 s deferral; 0.5.19's pending
-    # abort and status regression) and transfer-failure (0.5.19/0.5.20's
-    # late write)
+    # The other violations are two-rank-abort's families (the lost drain
+    # ack, which here also keeps request 1 waiting for the 30 s deferral;
+    # 0.5.19's pending abort and status regression) and the room-state one
     **{(prop, "rank-admission"): cells for prop, cells in (
-        ("ranks-stay-in-step", ["F8", "F8", "F9", "F9", "H"]),
+        ("ranks-stay-in-step", ["F11", "F11", "F11", "F11", "H"]),
         ("no-scheduler-crash", ["H", "H", "H", "H", "H"]),
-        ("no-foreign-kv-read", ["F32", "F32", "H", "H", "H"]),
-        # 0.5.21/0.5.22: the two ranks' deadlines pass one step each
-        ("no-reuse-during-inflight-write", ["F18", "F18", "F19", "F19", "F18"]),
+        ("no-foreign-kv-read", ["H", "H", "H", "H", "H"]),
+        ("no-reuse-during-inflight-write", ["H", "H", "H", "H", "H"]),
         ("pending-abort-not-overwritten", ["F14", "H", "H", "H", "H"]),
         ("client-abort-honoured", ["F14", "H", "H", "H", "H"]),
         ("transfer-status-monotone", ["F8", "H", "H", "H", "H"]),
-        ("drain-ack-reaches-every-rank", ["F8", "F8", "F17", "H", "H"]),
-        ("room-state-released", ["F13", "F13", "F14", "F14", "F14"]),
+        ("drain-ack-reaches-every-rank", ["F16", "F16", "F17", "H", "H"]),
+        ("room-state-released", ["F14", "F14", "F14", "F14", "F14"]),
         ("answered-without-timeout", ["F22", "F21", "H", "H", "H"]),
         ("abort-released-without-timeout", ["F22", "F21", "F35", "H", "H"]),
         ("valid-request-completes", ["R17", "R17", "R17", "R17", "R17"]),

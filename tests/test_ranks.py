@@ -30,16 +30,18 @@ def verdict(rel, sc):
     return v.verdict, v.trace_length, v.trace
 
 
-# the client's abort alone: no timeout, so only a drain ack ends a hold
-ABORT_ONLY = attrs.evolve(ADMISSION, name="rank-admission-abort",
-                          events=attrs.evolve(ADMISSION.events, timeouts=()))
+# the built-in scenario is the client's abort alone (only a drain ack ends
+# a hold); with timeouts too, a rank's own clock can split the ranks first
+ABORT_ONLY = ADMISSION
+WITH_TIMEOUTS = attrs.evolve(ADMISSION, name="rank-admission-timeouts",
+                             events=attrs.evolve(ADMISSION.events, timeouts=(0,)))
 
 
 @pytest.mark.parametrize("name,expected", [("0.5.19", ("violated", 8)), ("0.5.20", ("violated", 8)),
                                            ("0.5.21", ("violated", 9)),
                                            ("0.5.22", ("violated", 9)), ("0.5.23", ("holds", None))])
-def test_each_release_as_its_code_decides(name, expected):
-    got = verdict(releases.get(name), ADMISSION)
+def test_each_release_as_its_code_decides_with_timeouts(name, expected):
+    got = verdict(releases.get(name), WITH_TIMEOUTS)
     assert got[:2] == expected
 
 
@@ -47,7 +49,7 @@ def test_a_deadline_that_passes_on_one_rank_splits_them():
     # 0.5.21: every rank holds (force_arm); rank 0's own clock passes the
     # 30 s deadline first, and the next pop_preallocated admits request 1
     # on rank 0 only
-    _, _, trace = verdict(releases.get("0.5.21"), ADMISSION)
+    _, _, trace = verdict(releases.get("0.5.21"), WITH_TIMEOUTS)
     actions = [(st.action, tuple(st.arg)) for st in trace.steps]
     assert actions[-1][0] == "d_prealloc_splits" and actions[-2][0] == "d_deferred_timeout"
     assert actions[-2][1] in ((0,), (1,))
@@ -80,19 +82,21 @@ def test_the_deadline_passes_on_every_rank_at_once_on_0_5_23():
 def test_reduced_release_keeps_the_ranks_in_step():
     rel = attrs.evolve(releases.get("0.5.21"), release_reduced=True)
     assert verdict(rel, ADMISSION)[0] == "holds"
-    assert verdict(rel, ABORT_ONLY)[0] == "holds"
+    assert verdict(rel, WITH_TIMEOUTS)[0] == "holds"
 
 
 def test_per_rank_release_on_0_5_23_splits_them():
     rel = attrs.evolve(releases.get("0.5.23"), release_reduced=False)
     assert verdict(rel, ADMISSION)[0] == "violated"
+    assert verdict(releases.get("0.5.23"), WITH_TIMEOUTS)[0] == "holds"
 
 
 def test_a_hold_on_the_notifying_rank_only_splits_at_once():
-    # 0.5.19/0.5.20: a rank whose receiver did not send ABORT releases at
-    # the failure, even with a reduced release decision
+    # 0.5.19/0.5.20: a rank whose receiver did not send ABORT (its waiting
+    # timeout has not fired yet) releases at the failure, even with a
+    # reduced release decision
     rel = attrs.evolve(releases.get("0.5.19"), release_reduced=True)
-    _, length, trace = verdict(rel, ADMISSION)
+    _, length, trace = verdict(rel, WITH_TIMEOUTS)
     assert length == 8 and trace.steps[-2].action == "d_transferred"
 
 
