@@ -142,6 +142,33 @@ NOT_FOUND_BY_CI = {
                     + [("no-reuse-during-inflight-write", "retract-late-write", rel)
                        for rel in ("0.5.21", "0.5.22")])},
 }
+# Issue #51's rank steps (d_prealloc_splits, per-rank deferral deadlines)
+# changed the rules Hypothesis draws from, so its derandomized draws moved
+# again: these cells are missed now and the next ones found (measured by CI
+# on this stop; per-run rates not measured yet)
+NOT_FOUND_BY_CI.update({cell: "missed by the ci profile's draws since issue #51's rank steps"
+                        for cell in (
+                            ('no-reuse-during-inflight-write', 'inflight-reuse', '0.5.23'),
+                            ('no-reuse-during-inflight-write', 'optimistic-abort-unit', '0.5.19'),
+                            ('no-foreign-kv-read', 'transfer-failure', '0.5.20'),
+                            ('no-reuse-during-inflight-write', 'retract-late-write', '0.5.19'),
+                            ('no-reuse-during-inflight-write', 'retract-late-write', '0.5.20'),
+                            ('no-reuse-during-inflight-write', 'retract-late-write', '0.5.23'),
+                            ('commit-after-all-ranks', 'prefill-tp', '0.5.21'),
+                            ('commit-after-all-ranks', 'prefill-tp', '0.5.22'),
+                            ('no-foreign-kv-read', 'prefill-tp', '0.5.21'),
+                            ('no-foreign-kv-read', 'prefill-tp', '0.5.22'),
+                            ('no-foreign-kv-read', 'prefill-tp-failure', '0.5.21'),
+                            ('client-abort-honoured', 'pause-abort-overlap', '0.5.22'),
+                            ('drain-ack-reaches-every-rank', 'rank-admission', '0.5.21'),
+                        )})
+for _cell in (
+        ('drain-ack-reaches-every-rank', 'two-rank-abort', '0.5.21'),
+        ('commit-after-all-ranks', 'room-reuse', '0.5.23'),
+        ('no-reuse-during-inflight-write', 'room-reuse-three', '0.5.23'),
+        ('no-foreign-kv-read', 'room-reuse-three', '0.5.20'),
+ ):
+    NOT_FOUND_BY_CI.pop(_cell)
 # the liveness cells are decided on the whole graph; the Hypothesis engine
 # checks only their deadlock form (tests/test_liveness.py)
 FOUND_BY_CI = [pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason=NOT_FOUND_BY_CI[c]))
