@@ -10,7 +10,9 @@ from reqmodel.engines import exhaustive
 from reqmodel.model import processes, properties, releases, scenario
 from reqmodel.model.actions import ACTIONS, Ctx, initial_state, successors
 from reqmodel.model.actions import intake
-from reqmodel.model.state import PStage
+from reqmodel.model.actions.core import set_d, set_p
+from reqmodel.model.actions.dpool import retracted_waiting
+from reqmodel.model.state import DStage, PStage
 from reqmodel.traces import order, replay
 
 ROOT = pathlib.Path(__file__).parent.parent / "counterexamples"
@@ -31,13 +33,42 @@ def test_the_prefill_loop_is_cited_on_every_release():
 def test_the_inflight_scan_is_the_one_before_intake():
     assert processes.actions_of_phase("inflight") == (
         "p_inflight", "p_poll_popped_room", "p_unexpected_poll")
-    assert processes.phase_of("p_unexpected_poll", PStage.BOOTSTRAP) == "bootstrap"
-    assert processes.phase_of("p_unexpected_poll", PStage.INFLIGHT) == "inflight"
-    assert processes.phase_of("xfer_write", PStage.INFLIGHT) is None
+    s = initial_state(scenario.builtin("room-reuse"))
+    assert processes.phase_of("p_unexpected_poll", set_p(s, 0, stage=PStage.BOOTSTRAP), 0) \
+        == "bootstrap"
+    assert processes.phase_of("p_unexpected_poll", set_p(s, 0, stage=PStage.INFLIGHT), 0) \
+        == "inflight"
+    assert processes.phase_of("xfer_write", s, 0) is None
+
+
+def test_the_decode_loop_is_cited_on_every_release():
+    loop = processes.DECODE_LOOP
+    lines = dict(loop.lines)
+    assert set(lines) == set(releases.NAMES)
+    for rel, cited in lines.items():
+        for key in loop.phases + loop.skips + tuple(c for c, _ in loop.returns_early):
+            assert cited[key].startswith("dc "), (rel, key)
+
+
+def test_the_decode_loop_skips_its_scans_while_a_request_waits_retracted():
+    """Every action of the prealloc and transfer phases, the waiting timeout
+    included (the receiver's poll notices it), is a phase the retracted
+    queue's early return skips; the door of a retracted request is part of
+    retract_decode's call (batch), a new request's is ingest."""
+    loop = processes.DECODE_LOOP
+    skipped = dict(loop.returns_early)["retracted_queue"]
+    assert skipped == ("prealloc", "transfer")
+    assert set(processes.actions_of_phase("transfer", loop)) == {
+        "d_transferred", "d_poll_popped_room", "d_waiting_timeout"}
+    assert "d_prealloc_splits" in processes.actions_of_phase("prealloc", loop)
+    s = initial_state(scenario.builtin("room-reuse"))
+    assert processes.phase_of("d_door", set_d(s, 0, stage=DStage.DOOR, door_flag="retracted"),
+                              0) == "batch"
+    assert processes.phase_of("d_door", set_d(s, 0, stage=DStage.DOOR), 0) == "ingest"
 
 
 @pytest.mark.parametrize("release", releases.NAMES)
-def test_no_corpus_trace_has_an_order_the_prefill_loop_forbids(release):
+def test_no_corpus_trace_has_an_order_a_loop_forbids(release):
     paths = sorted((ROOT / release).glob("*.itf.json"))
     assert paths
     for path in paths:
@@ -45,7 +76,7 @@ def test_no_corpus_trace_has_an_order_the_prefill_loop_forbids(release):
         assert order.check(loaded.release, loaded.scenario, loaded.steps) == [], path
 
 
-def test_no_mutant_trace_has_an_order_the_prefill_loop_forbids():
+def test_no_mutant_trace_has_an_order_a_loop_forbids():
     for path in sorted((ROOT / "mutants").glob("*/*.itf.json")):
         loaded = replay.load(path)
         assert order.check(loaded.release, loaded.scenario, loaded.steps) == [], path
@@ -93,3 +124,58 @@ def test_the_guard_keeps_an_intake_sent_before_the_scan_was_due():
                 seen.add(nxt)
                 todo.append(nxt)
     assert found
+
+
+_RETRACT_TIMEOUT = {"name": "t", "prompt_pages": [1, 1], "prefill": {"pool_pages": 2},
+                    "decode": {"pool_pages": 2}, "events": {"retract": [0], "timeouts": [1]}}
+
+
+def _skipped_while_retracted(ctx, stop_at_first):
+    """(the state, the step) pairs of a search where a step of a phase the
+    decode loop skips is taken while a request waits retracted."""
+    skipped = dict(processes.DECODE_LOOP.returns_early)["retracted_queue"]
+    s0 = initial_state(ctx.scenario)
+    seen, todo, parent, found = {s0}, [s0], {s0: None}, []
+    while todo and not (found and stop_at_first):
+        s = todo.pop()
+        waits = retracted_waiting(s)
+        for step, nxt, _ in successors(ctx, s):
+            if waits and processes.phase_of(step.action, s, step.rid) in skipped:
+                found.append((s, step))
+            if nxt not in seen:
+                seen.add(nxt)
+                parent[nxt] = (s, step)
+                todo.append(nxt)
+    return found, parent
+
+
+def test_no_step_the_retracted_queue_skips_is_enabled_while_it_waits():
+    """Over every state of a request retracted while another waits for its
+    transfer (with its timeouts): no prealloc or transfer step, the waiting
+    timeout included, is enabled while the retracted queue is not empty."""
+    sc = scenario.from_dict(_RETRACT_TIMEOUT)
+    ctx = Ctx(release=releases.get("0.5.21"), scenario=sc)
+    assert _skipped_while_retracted(ctx, stop_at_first=False)[0] == []
+
+
+def test_the_checker_finds_a_waiting_timeout_noticed_while_a_request_waits_retracted(
+        monkeypatch):
+    """Without the guard's retracted clause the waiting timeout fires while the
+    loop returns before its transfer scan; the checker names that step."""
+    from reqmodel.model.actions import timeouts
+    monkeypatch.setattr(timeouts, "retracted_waiting", lambda s: False)
+    sc = scenario.from_dict(_RETRACT_TIMEOUT)
+    ctx = Ctx(release=releases.get("0.5.21"), scenario=sc)
+    found, parent = _skipped_while_retracted(ctx, stop_at_first=True)
+    assert found and found[0][1].action == "d_waiting_timeout"
+    s, last = found[0]
+    steps = [last]
+    while parent[s] is not None:
+        s, step = parent[s]
+        steps.append(step)
+    steps.reverse()
+    # the checker reads the queue itself (dpool), not the guard's patched name
+    assert order.check(releases.get("0.5.21"), sc, steps[:-1]) == []
+    bad = order.check(releases.get("0.5.21"), sc, steps)
+    assert [(v.step, steps[v.step - 1].action) for v in bad] == [(len(steps), "d_waiting_timeout")]
+    assert "transfer phase" in bad[0].text and "retracted queue" in bad[0].text

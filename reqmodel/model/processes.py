@@ -1,6 +1,6 @@
 """The processes of a PD deployment, as the code has them: which loop or
-thread of which worker runs each action, and, for the prefill scheduler's
-loop, the phases of one iteration in the code's order.
+thread of which worker runs each action, and, for the two scheduler loops,
+the phases of one iteration in the code's order.
 
 The actions (``model/actions/``) stay the unit of a step; this module says
 whose step each one is.  ``model/actions/intake.py`` reads the prefill loop's
@@ -34,6 +34,29 @@ default, env 22:664, 23:715; and only with attention DP = CP = 1) it
 that option; both are in :data:`PREFILL_LOOP` as the ways the loop skips
 its inflight scan, so that a scenario that adds them lifts the assumption
 below with them.
+
+The decode loop, per release (``dc`` = ``disaggregation/decode.py``;
+``event_loop_normal_disagg_decode`` / ``event_loop_overlap_disagg_decode``,
+both calling ``process_decode_queue``), every iteration in this order:
+
+1. ``ingest``: as prefill's, then ``if self._engine_paused: continue``;
+2. ``release``: ``resolve_deferred_releases`` (every iteration);
+3. ``resume``: ``resume_retracted_reqs``; then, while the retracted queue
+   is not empty, ``process_decode_queue`` returns (":data:`DECODE_LOOP`
+   .returns_early``): no prealloc and no transfer scan that iteration;
+4. ``prealloc``: ``pop_preallocated`` (one handshake poll all-reduce over
+   the prealloc queue, then the abort scan and admission in queue order);
+5. ``transfer``: ``pop_transferred`` (one poll all-reduce over the transfer
+   queue; each receiver's ``poll()`` is also where its waiting timeout is
+   noticed, mc 21:3031-3039, cc 23:2609);
+6. ``batch``: ``get_next_disagg_decode_batch_to_run`` (the prebuilt batch,
+   0.5.21+'s checksum check, retraction under memory pressure) and
+   ``run_batch``;
+7. ``result``: ``process_batch_result`` (overlap: the previous batch's).
+
+With ``--disaggregation-decode-host-receive-threshold`` set (0.5.21+, not
+the default) the prealloc scan runs after the transfer scan; the model
+follows the default order.
 """
 from __future__ import annotations
 
@@ -41,7 +64,7 @@ from typing import Dict, Optional, Tuple
 
 import attrs
 
-from reqmodel.model.state import PStage
+from reqmodel.model.state import PStage, State
 
 
 @attrs.frozen
@@ -59,6 +82,9 @@ class Loop:
     scan_before_intake: Tuple[str, ...]
     # the code's ways back to intake that skip those scans (none modelled)
     skips: Tuple[str, ...]
+    # (condition, the phases the loop skips while it holds): a return in the
+    # middle of an iteration, modelled; ``traces/order.py`` checks it
+    returns_early: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
 
 
 PREFILL_LOOP = Loop(
@@ -87,6 +113,45 @@ PREFILL_LOOP = Loop(
     skips=("paused", "continuous_input_polling"),
 )
 
+DECODE_LOOP = Loop(
+    name="decode.scheduler",
+    phases=("ingest", "release", "resume", "prealloc", "transfer", "batch", "result"),
+    lines=(
+        ("0.5.19", {"ingest": "dc 19:2459-2460 / 19:2502-2503", "paused": "dc 19:2461-2462 / 19:2504-2505",
+                    "release": "dc 19:2676", "resume": "dc 19:2679-2680",
+                    "retracted_queue": "dc 19:2681-2683", "prealloc": "dc 19:2692-2693",
+                    "transfer": "dc 19:2694-2701", "batch": "dc 19:2466-2478 / 19:2509-2528",
+                    "result": "dc 19:2479 / 19:2535-2537"}),
+        ("0.5.20", {"ingest": "dc 20:2546 / 20:2589", "paused": "dc 20:2547-2549 / 20:2590-2592",
+                    "release": "dc 20:2764", "resume": "dc 20:2767-2768",
+                    "retracted_queue": "dc 20:2769-2771", "prealloc": "dc 20:2780-2781",
+                    "transfer": "dc 20:2782-2789", "batch": "dc 20:2553-2565 / 20:2596-2615",
+                    "result": "dc 20:2566 / 20:2622-2624"}),
+        ("0.5.21", {"ingest": "dc 21:2885 / 21:2932", "paused": "dc 21:2886-2888 / 21:2933-2935",
+                    "release": "dc 21:3181", "resume": "dc 21:3184-3185",
+                    "retracted_queue": "dc 21:3186-3188",
+                    "prealloc": "dc 21:3197-3199 (threshold set: 21:3208-3211)",
+                    "transfer": "dc 21:3200-3207", "batch": "dc 21:2892-2904 / 21:2939-2958",
+                    "result": "dc 21:2905 / 21:2966-2968"}),
+        ("0.5.22", {"ingest": "dc 22:3030 / 22:3077", "paused": "dc 22:3031-3033 / 22:3078-3080",
+                    "release": "dc 22:3324", "resume": "dc 22:3327-3328",
+                    "retracted_queue": "dc 22:3329-3331",
+                    "prealloc": "dc 22:3340-3342 (threshold set: 22:3351-3354)",
+                    "transfer": "dc 22:3343-3350", "batch": "dc 22:3037-3049 / 22:3084-3103",
+                    "result": "dc 22:3050 / 22:3111-3113"}),
+        ("0.5.23", {"ingest": "dc 23:3135 / 23:3182", "paused": "dc 23:3136-3138 / 23:3183-3185",
+                    "release": "dc 23:3467", "resume": "dc 23:3470-3471",
+                    "retracted_queue": "dc 23:3472-3474",
+                    "prealloc": "dc 23:3483-3485 (threshold set: 23:3494-3497)",
+                    "transfer": "dc 23:3486-3493", "batch": "dc 23:3142-3154 / 23:3189-3208",
+                    "result": "dc 23:3155 / 23:3216-3218"}),
+    ),
+    scan_before_intake=(),
+    skips=("paused",),
+    returns_early=(("retracted_queue", ("prealloc", "transfer")),),
+)
+LOOPS = (PREFILL_LOOP, DECODE_LOOP)
+
 # Whose step each action is, by process and, for the prefill loop, by phase
 # (None: no phase of its own). A process is a worker's scheduler loop or one
 # of its KV manager's threads; the client's sends are not steps of their own
@@ -106,12 +171,21 @@ _STEPS: Dict[str, Dict[Optional[str], Tuple[str, ...]]] = {
     "prefill.bootstrap_thread": {None: ("p_recv_metadata", "p_recv_abort")},
     "prefill.transfer_worker": {None: ("xfer_dequeue", "xfer_write", "xfer_fail",
                                        "xfer_stray_lands")},
-    "decode.scheduler": {None: (
-        "d_intake", "d_door", "d_abort", "d_prealloc_drop", "d_unexpected_poll", "d_prealloc",
-        "d_transferred", "d_poll_popped_room", "d_attend", "d_respond", "d_retract", "d_resume",
-        "d_pause_retract", "d_req_waiting_timeout", "d_waiting_timeout", "d_deferred_timeout",
+    "decode.scheduler": {
+        # pause_generation and the waiting-queue timeout's aborts come in
+        # with the requests (sch 21:2063-2075)
+        "ingest": ("d_intake", "d_abort", "d_pause_retract", "d_req_waiting_timeout"),
+        "release": ("d_deferred_timeout",),
+        "resume": ("d_resume",),
         # every decode rank's loop at once, where their own pools decide apart
-        "d_prealloc_splits")},
+        "prealloc": ("d_prealloc_drop", "d_unexpected_poll", "d_prealloc", "d_prealloc_splits"),
+        # the receiver's poll() notices its waiting timeout (mc 21:3031-3039)
+        "transfer": ("d_transferred", "d_poll_popped_room", "d_waiting_timeout"),
+        "batch": ("d_attend", "d_retract"),
+        "result": ("d_respond",),
+        # the door: at ingest for a new or rebootstrapped request, in
+        # retract_decode's own call (batch) for a retracted one
+        None: ("d_door",)},
     # decode's KV manager: decode_thread
     "decode.decode_thread": {None: ("d_recv_status", "d_drop_late_status", "d_recv_ack")},
 }
@@ -121,6 +195,7 @@ _PROCESS: Dict[str, Tuple[str, Optional[str]]] = {
 
 _PHASE_OF_STAGE = {PStage.BOOTSTRAP: "bootstrap", PStage.WAITING: "batch",
                    PStage.CHUNKED: "batch", PStage.INFLIGHT: "inflight"}
+_LOOP = {loop.name: loop for loop in LOOPS}
 
 
 def process_of(action: str) -> str:
@@ -128,20 +203,28 @@ def process_of(action: str) -> str:
     return _PROCESS[action][0]
 
 
-def phase_of(action: str, stage: PStage) -> Optional[str]:
-    """The prefill loop's phase of ``action`` taken on a request at prefill
-    stage ``stage`` (None: not a step of the prefill loop)."""
+def loop_of(action: str) -> Optional[Loop]:
+    """The scheduler loop whose step ``action`` is (None: a thread's step)."""
+    return _LOOP.get(_PROCESS[action][0])
+
+
+def phase_of(action: str, s: State, r: int) -> Optional[str]:
+    """The phase of its loop in which ``action`` is taken on request ``r`` in
+    state ``s`` (None: not a step of a scheduler loop)."""
     proc, phase = _PROCESS[action]
-    if proc != PREFILL_LOOP.name:
-        return None
-    return phase if phase is not None else _PHASE_OF_STAGE.get(stage)
+    if proc not in _LOOP or phase is not None:
+        return phase
+    if proc == PREFILL_LOOP.name:
+        return _PHASE_OF_STAGE.get(s.p[r].stage)
+    return "batch" if s.d[r].door_flag == "retracted" else "ingest"
 
 
-def actions_of_phase(phase: str) -> Tuple[str, ...]:
-    """The actions that can be a step of the prefill loop's ``phase``."""
+def actions_of_phase(phase: str, loop: Loop = PREFILL_LOOP) -> Tuple[str, ...]:
+    """The actions that can be a step of ``loop``'s ``phase``."""
+    stage_phased = phase in _PHASE_OF_STAGE.values() if loop is PREFILL_LOOP else (
+        phase in ("ingest", "batch"))
     return tuple(a for a, (proc, ph) in _PROCESS.items()
-                 if proc == PREFILL_LOOP.name
-                 and (ph == phase or (ph is None and phase in _PHASE_OF_STAGE.values())))
+                 if proc == loop.name and (ph == phase or (ph is None and stage_phased)))
 
 
 def known() -> Tuple[str, ...]:

@@ -18,28 +18,47 @@ it waits for), and then checks the loop's rule:
     from that scan to its intake without blocking, so nothing that needed
     another process can arrive in between).
 
-A step that breaks it is one the code's loop order forbids.
+and the rule of a loop that returns in the middle of an iteration
+(``Loop.returns_early``):
+
+    a step of a phase the loop skips while a condition holds (decode's
+    prealloc and transfer scans while a request waits in the retracted
+    queue) is not taken in a state where it holds.
+
+The second rule reads the queue from the state, as the model keeps it,
+and the phases from ``model.processes``: it holds every action of those
+phases to the loop's return, including one whose own guard forgets it.
+
+A step that breaks either is one the code's loop order forbids.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
 from reqmodel.model import processes
 from reqmodel.model.actions import Ctx, Step
+from reqmodel.model.actions.dpool import retracted_waiting
 from reqmodel.model.events import Stream
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
+from reqmodel.model.state import State
 from reqmodel.traces.render import net_changes
 
 
 @attrs.frozen
 class OrderViolation:
     step: int  # 1-based index of the step the loop could not take there
-    due_since: int  # 1-based index of the step after which the scan was due
-    request: int  # the request the scan was due for
+    # 1-based index of the step after which the scan was due, or the
+    # condition held (the step itself for a condition held since the start)
+    due_since: int
+    request: int  # the request the scan was due for, or the step's own
     text: str
+
+
+# the conditions of ``Loop.returns_early``, on the state a step starts from
+_CONDITIONS: Dict[str, Callable[[State], bool]] = {"retracted_queue": retracted_waiting}
 
 
 def _instance(step: Step) -> str:
@@ -105,7 +124,7 @@ def happens_before(ctx: Ctx, states: Sequence, events: Sequence, steps: Sequence
 
 def check(release: Release, scenario: Scenario, steps: Sequence[Step]
           ) -> List[OrderViolation]:
-    """The steps of ``steps`` that the prefill loop's order forbids (empty:
+    """The steps of ``steps`` that a scheduler loop's order forbids (empty:
     none).  ``steps`` must replay (``engines.exhaustive.replay``)."""
     from reqmodel.engines.exhaustive import replay
     from reqmodel.model.actions.intake import inflight_scan_due
@@ -119,9 +138,10 @@ def check(release: Release, scenario: Scenario, steps: Sequence[Step]
     found: List[OrderViolation] = []
     inflight_first = "inflight" in loop.scan_before_intake
     due_since: Dict[int, Optional[int]] = {r: None for r in range(scenario.n)}
+    found.extend(_early_returns(states, steps))
     for j, step in enumerate(steps, start=1):
-        phase = processes.phase_of(step.action, states[j - 1].p[step.rid].stage)
-        if phase == "ingest":  # phase_of names only the prefill loop's phases
+        phase = processes.phase_of(step.action, states[j - 1], step.rid)
+        if phase == "ingest" and processes.loop_of(step.action) is loop:
             for r0, e in due_since.items():
                 if e is not None and r0 != step.rid and clocks[j - 1].get(
                         _instance(steps[e - 1]), 0) >= e:
@@ -138,4 +158,26 @@ def check(release: Release, scenario: Scenario, steps: Sequence[Step]
                 due_since[r] = None
             elif due_since[r] is None or (phase == "inflight" and step.rid == r):
                 due_since[r] = j
+    return sorted(found, key=lambda v: v.step)
+
+
+def _early_returns(states: Sequence[State], steps: Sequence[Step]) -> List[OrderViolation]:
+    found: List[OrderViolation] = []
+    held_since: Dict[str, int] = {}
+    for j, step in enumerate(steps, start=1):
+        before = states[j - 1]
+        loop = processes.loop_of(step.action)
+        phase = processes.phase_of(step.action, before, step.rid)
+        for cond, fn in _CONDITIONS.items():
+            if not fn(before):
+                held_since.pop(cond, None)
+                continue
+            since = held_since.setdefault(cond, max(j - 1, 1))
+            skipped = dict(loop.returns_early).get(cond, ()) if loop else ()
+            if phase in skipped:
+                found.append(OrderViolation(
+                    j, since, step.rid,
+                    f"step {j} {step}: the {loop.name} loop's {phase} phase runs while "
+                    f"the {cond.replace('_', ' ')} is not empty (since step {since}); the loop "
+                    f"returns before {' and '.join(skipped)} then"))
     return found
