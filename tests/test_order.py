@@ -130,17 +130,20 @@ _RETRACT_TIMEOUT = {"name": "t", "prompt_pages": [1, 1], "prefill": {"pool_pages
                     "decode": {"pool_pages": 2}, "events": {"retract": [0], "timeouts": [1]}}
 
 
-def _skipped_while_retracted(ctx, stop_at_first):
+def _skipped_while_retracted(ctx, stop_at_first, cond="retracted_queue"):
     """(the state, the step) pairs of a search where a step of a phase the
-    decode loop skips is taken while a request waits retracted."""
-    skipped = dict(processes.DECODE_LOOP.returns_early)["retracted_queue"]
+    decode loop skips is taken while ``cond`` holds (a request waits
+    retracted, by default)."""
+    skipped = dict(processes.DECODE_LOOP.returns_early)[cond]
+    holds = processes.CONDITIONS[cond]
     s0 = initial_state(ctx.scenario)
     seen, todo, parent, found = {s0}, [s0], {s0: None}, []
     while todo and not (found and stop_at_first):
         s = todo.pop()
-        waits = retracted_waiting(s)
+        waits = holds(s)
         for step, nxt, _ in successors(ctx, s):
-            if waits and processes.phase_of(step.action, s, step.rid) in skipped:
+            if (waits and processes.loop_of(step.action) is processes.DECODE_LOOP
+                    and processes.phase_of(step.action, s, step.rid) in skipped):
                 found.append((s, step))
             if nxt not in seen:
                 seen.add(nxt)
@@ -160,10 +163,12 @@ def test_no_step_the_retracted_queue_skips_is_enabled_while_it_waits():
 
 def test_the_checker_finds_a_waiting_timeout_noticed_while_a_request_waits_retracted(
         monkeypatch):
-    """Without the guard's retracted clause the waiting timeout fires while the
-    loop returns before its transfer scan; the checker names that step."""
+    """Without the registry's loop gate and the guard's own retracted clause
+    the waiting timeout fires while the loop returns before its transfer
+    scan; the checker names that step."""
     from reqmodel.model.actions import timeouts
     monkeypatch.setattr(timeouts, "retracted_waiting", lambda s: False)
+    monkeypatch.setattr(processes, "skipped_phases", lambda loop, s: frozenset())
     sc = scenario.from_dict(_RETRACT_TIMEOUT)
     ctx = Ctx(release=releases.get("0.5.21"), scenario=sc)
     found, parent = _skipped_while_retracted(ctx, stop_at_first=True)
@@ -174,8 +179,56 @@ def test_the_checker_finds_a_waiting_timeout_noticed_while_a_request_waits_retra
         s, step = parent[s]
         steps.append(step)
     steps.reverse()
-    # the checker reads the queue itself (dpool), not the guard's patched name
+    # the checker reads the conditions itself, not the registry's gate
     assert order.check(releases.get("0.5.21"), sc, steps[:-1]) == []
     bad = order.check(releases.get("0.5.21"), sc, steps)
     assert [(v.step, steps[v.step - 1].action) for v in bad] == [(len(steps), "d_waiting_timeout")]
-    assert "transfer phase" in bad[0].text and "retracted queue" in bad[0].text
+    assert "transfer phase" in bad[0].text and "retracted queue is not empty" in bad[0].text
+
+
+_PAUSE_TWO = {"name": "t", "prompt_pages": [1, 1], "prefill": {"pool_pages": 2},
+              "decode": {"pool_pages": 2, "overlap_schedule": False},
+              "events": {"preempt": [0, 1]}}
+
+
+def test_a_pause_retracts_every_running_request_and_the_loop_waits_for_continue():
+    """pause_generation(mode="retract") takes the whole running batch, and
+    until continue_generation re-adds them the decode loop runs no phase
+    after ingest: over every state, no such step is enabled while a request
+    is held for rebootstrap, and every pause step leaves no request running."""
+    sc = scenario.from_dict(_PAUSE_TWO)
+    ctx = Ctx(release=releases.get("0.5.21"), scenario=sc)
+    assert _skipped_while_retracted(ctx, stop_at_first=False, cond="paused")[0] == []
+    s0 = initial_state(sc)
+    seen, todo, both = {s0}, [s0], 0
+    while todo:
+        s = todo.pop()
+        for step, nxt, _ in successors(ctx, s):
+            if step.action == "d_pause_retract":
+                running = [k for k in range(2) if s.d[k].stage is DStage.RUNNING]
+                assert step.rid == running[0]
+                assert not any(d.stage is DStage.RUNNING for d in nxt.d)
+                both += len(running) == 2
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    assert both
+
+
+def test_the_checker_finds_a_step_of_a_paused_decode_loop(monkeypatch):
+    """Lift the registry's loop gate: a decode step after ingest comes while a
+    request is held for rebootstrap, and the checker names it and the pause."""
+    monkeypatch.setattr(processes, "skipped_phases", lambda loop, s: frozenset())
+    sc = scenario.from_dict(_PAUSE_TWO)
+    ctx = Ctx(release=releases.get("0.5.21"), scenario=sc)
+    found, parent = _skipped_while_retracted(ctx, stop_at_first=True, cond="paused")
+    assert found
+    s, last = found[0]
+    steps = [last]
+    while parent[s] is not None:
+        s, step = parent[s]
+        steps.append(step)
+    steps.reverse()
+    bad = order.check(releases.get("0.5.21"), sc, steps)
+    assert bad and bad[-1].step == len(steps) and "the paused is not empty" not in bad[-1].text
+    assert "while the engine is paused" in bad[-1].text

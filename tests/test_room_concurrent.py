@@ -10,7 +10,7 @@ import pytest
 
 from reqmodel.engines import exhaustive as explore
 from reqmodel.model import properties, releases, scenario
-from reqmodel.model.actions import Ctx, Step, apply, enabled, initial_state
+from reqmodel.model.actions import Ctx, Step, apply, enabled, initial_state, successors
 from reqmodel.model.scenario import ScenarioError, from_dict, to_dict
 from reqmodel.model.actions.core import set_d
 from reqmodel.model.actions.kvmanager import set_d_room
@@ -170,3 +170,27 @@ def test_a_retracted_request_holds_back_the_prealloc_budget():
     assert apply(ctx, s, Step("d_prealloc", 0, (0, (0, 1)))) is not None
     retracted = set_d(s, 1, stage=DStage.RETRACTED, origin_pages=1)
     assert apply(ctx, retracted, Step("d_prealloc", 0, (0, (0, 1)))) is None
+
+
+@pytest.mark.parametrize("release", ["0.5.19", "0.5.21", "0.5.23"])
+def test_a_chunked_request_still_bootstrapping_crashes_on_another_users_success(release):
+    """process_prefill_chunk calls check_bootstrap on the chunked request every
+    iteration, and handle_pending_bootstrap raises on Transferring or Success
+    (pf 19:1065-1066, 21:1226-1227, 23:1396-1397): a concurrent user of the
+    room whose write concluded Success there kills the prefill scheduler
+    while the optimistic chunked request is still bootstrapping."""
+    sc = from_dict({"name": "t", "prompt_pages": [2, 1], "bootstrap_rooms": [1, 1],
+                    "prefill": {"pool_pages": 3, "chunk_pages": 1}, "decode": {"pool_pages": 3},
+                    "options": {"optimistic_prefill_attempts": 1, "room_users": "concurrent"}})
+    ctx = Ctx(release=releases.get(release), scenario=sc)
+    s0 = initial_state(sc)
+    seen, todo, crashed = {s0}, [s0], []
+    while todo and not crashed:
+        s = todo.pop()
+        for step, nxt, evs in successors(ctx, s):
+            if step.action == "p_unexpected_poll" and s.p[step.rid].stage.name == "CHUNKED":
+                crashed.append(evs)
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    assert crashed and crashed[0][0].call == "handle_pending_bootstrap"

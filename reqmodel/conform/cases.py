@@ -22,7 +22,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import attrs
 
-from reqmodel.model import actions
+from reqmodel.model import actions, processes
 from reqmodel.engines import exhaustive as explore
 from reqmodel.model import scenario as scenario_mod
 from reqmodel.model import events as ev
@@ -291,10 +291,11 @@ def prealloc_cases(ctx: Ctx, s) -> Iterable[Tuple[int, Tuple[dict, dict]]]:
     ``p`` pages leaves 15 tokens of its last page, notes/conformance.md)."""
     sc = ctx.scenario
     queue = prealloc_queue(ctx, s)
-    # process_decode_queue does not call pop_preallocated while a request
-    # waits retracted (dpool.retracted_waiting): no case there
+    # the decode loop does not call pop_preallocated while a request waits
+    # retracted or while the engine is paused (processes.DECODE_LOOP
+    # .returns_early): no case there
     if (sc.decode.ranks != 1 or sc.decode.radix_cache or not queue or s.halted()
-            or actions.dpool.retracted_waiting(s)
+            or "prealloc" in processes.skipped_phases(processes.DECODE_LOOP, s)
             or any(s.d[r].rebootstrap or not s.d[r].has_receiver for r in queue)):
         return
     kvm = actions.kvmanager

@@ -39,7 +39,11 @@ The decode loop, per release (``dc`` = ``disaggregation/decode.py``;
 ``event_loop_normal_disagg_decode`` / ``event_loop_overlap_disagg_decode``,
 both calling ``process_decode_queue``), every iteration in this order:
 
-1. ``ingest``: as prefill's, then ``if self._engine_paused: continue``;
+1. ``ingest``: as prefill's, then ``if self._engine_paused: continue``
+   (from ``pause_generation(mode="retract")``, which retracted every running
+   request into ``held_rebootstrap_reqs``, to ``continue_generation``, which
+   re-adds them: every phase below is skipped; :data:`DECODE_LOOP`
+   ``.returns_early``);
 2. ``release``: ``resolve_deferred_releases`` (every iteration);
 3. ``resume``: ``resume_retracted_reqs``; then, while the retracted queue
    is not empty, ``process_decode_queue`` returns (":data:`DECODE_LOOP`
@@ -60,11 +64,11 @@ follows the default order.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import attrs
 
-from reqmodel.model.state import PStage, State
+from reqmodel.model.state import DStage, PStage, State
 
 
 @attrs.frozen
@@ -82,8 +86,10 @@ class Loop:
     scan_before_intake: Tuple[str, ...]
     # the code's ways back to intake that skip those scans (none modelled)
     skips: Tuple[str, ...]
-    # (condition, the phases the loop skips while it holds): a return in the
-    # middle of an iteration, modelled; ``traces/order.py`` checks it
+    # (condition, the phases the loop skips while it holds): a ``continue``
+    # or ``return`` in the middle of an iteration, modelled: the registry
+    # gates every action of those phases on it (``actions.core.action``), and
+    # ``traces/order.py`` checks every trace against it
     returns_early: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
 
 
@@ -147,10 +153,41 @@ DECODE_LOOP = Loop(
                     "result": "dc 23:3155 / 23:3216-3218"}),
     ),
     scan_before_intake=(),
-    skips=("paused",),
-    returns_early=(("retracted_queue", ("prealloc", "transfer")),),
+    skips=(),
+    returns_early=(
+        ("paused", ("release", "resume", "prealloc", "transfer", "batch", "result")),
+        ("retracted_queue", ("prealloc", "transfer")),
+    ),
 )
 LOOPS = (PREFILL_LOOP, DECODE_LOOP)
+
+def engine_paused(s: State) -> bool:
+    """Decode's engine is paused: ``pause_generation(mode="retract")`` held its
+    running requests for rebootstrap (``hold_rebootstrap``, dc 19:712-730,
+    21:848-867) and sets ``_engine_paused`` (sch 19:5120, 21:5591, 23:5819),
+    and ``continue_generation`` re-adds every held request and clears it
+    (sch 19:5206-5226, 21:5681-5701, 23:5934-5954).  A request is held for
+    rebootstrap exactly while the engine is paused (``d_pause_retract`` to
+    the ``d_door`` that re-adds it)."""
+    return any(d.stage is DStage.DOOR and d.door_flag == "rebootstrap" for d in s.d)
+
+
+def retracted_queue(s: State) -> bool:
+    """A request waits in decode's retracted queue: ``process_decode_queue``
+    runs ``resume_retracted_reqs`` and returns before ``pop_preallocated``
+    and ``pop_transferred`` while that queue is not empty ("if there are
+    still retracted requests, we do not allocate new requests", dc
+    19:2681-2683, 20:2769-2771, 21:3186-3188, 22:3329-3331, 23:3472-3474).
+    ``retract_decode`` puts the request there in the same call
+    (``_add_request_to_queue(is_retracted=True)``), so a request between
+    ``d_retract`` and its ``d_door`` counts too."""
+    return any(d.stage is DStage.RETRACTED
+               or (d.stage is DStage.DOOR and d.door_flag == "retracted") for d in s.d)
+
+
+# the conditions of ``Loop.returns_early``, on the state a step starts from
+CONDITIONS: Dict[str, Callable[[State], bool]] = {
+    "paused": engine_paused, "retracted_queue": retracted_queue}
 
 # Whose step each action is, by process and, for the prefill loop, by phase
 # (None: no phase of its own). A process is a worker's scheduler loop or one
@@ -225,6 +262,32 @@ def actions_of_phase(phase: str, loop: Loop = PREFILL_LOOP) -> Tuple[str, ...]:
         phase in ("ingest", "batch"))
     return tuple(a for a, (proc, ph) in _PROCESS.items()
                  if proc == loop.name and (ph == phase or (ph is None and stage_phased)))
+
+
+_last: List[object] = [None, frozenset(), None]
+
+
+def skipped_phases(loop: Loop, s: State) -> FrozenSet[str]:
+    """The phases ``loop`` skips in state ``s`` (``Loop.returns_early``); the
+    last state's answer is kept, since the registry asks once per action."""
+    if _last[0] is s and _last[2] is loop:
+        return _last[1]  # type: ignore[return-value]
+    out = frozenset(ph for cond, phases in loop.returns_early if CONDITIONS[cond](s)
+                    for ph in phases)
+    _last[:] = [s, out, loop]
+    return out
+
+
+def loop_gate(action: str) -> Optional[Tuple[Loop, str]]:
+    """(loop, phase) when ``action`` is a step of a loop phase that the loop
+    can skip (its guard is gated on :func:`skipped_phases`), else None."""
+    proc, phase = _PROCESS.get(action, (None, None))
+    loop = _LOOP.get(proc)
+    if loop is None or phase is None:
+        return None
+    if not any(phase in phases for _, phases in loop.returns_early):
+        return None
+    return loop, phase
 
 
 def known() -> Tuple[str, ...]:

@@ -22,24 +22,26 @@ and the rule of a loop that returns in the middle of an iteration
 (``Loop.returns_early``):
 
     a step of a phase the loop skips while a condition holds (decode's
-    prealloc and transfer scans while a request waits in the retracted
-    queue) is not taken in a state where it holds.
+    every phase after ingest while its engine is paused, its prealloc and
+    transfer scans while a request waits in the retracted queue) is not
+    taken in a state where it holds.
 
-The second rule reads the queue from the state, as the model keeps it,
-and the phases from ``model.processes``: it holds every action of those
-phases to the loop's return, including one whose own guard forgets it.
+The second rule reads the conditions from the state (``processes.
+CONDITIONS``) and the phases from ``processes``' data, on the trace alone;
+the registry gates the same actions on the same data
+(``actions.core._loop_gated``), and a test lifts that gate to show the
+checker catches what it would let through.
 
 A step that breaks either is one the code's loop order forbids.
 """
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
 from reqmodel.model import processes
 from reqmodel.model.actions import Ctx, Step
-from reqmodel.model.actions.dpool import retracted_waiting
 from reqmodel.model.events import Stream
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
@@ -56,9 +58,6 @@ class OrderViolation:
     request: int  # the request the scan was due for, or the step's own
     text: str
 
-
-# the conditions of ``Loop.returns_early``, on the state a step starts from
-_CONDITIONS: Dict[str, Callable[[State], bool]] = {"retracted_queue": retracted_waiting}
 
 
 def _instance(step: Step) -> str:
@@ -161,6 +160,10 @@ def check(release: Release, scenario: Scenario, steps: Sequence[Step]
     return sorted(found, key=lambda v: v.step)
 
 
+_WHILE = {"paused": "while the engine is paused (pause_generation until continue_generation)",
+          "retracted_queue": "while the retracted queue is not empty"}
+
+
 def _early_returns(states: Sequence[State], steps: Sequence[Step]) -> List[OrderViolation]:
     found: List[OrderViolation] = []
     held_since: Dict[str, int] = {}
@@ -168,7 +171,7 @@ def _early_returns(states: Sequence[State], steps: Sequence[Step]) -> List[Order
         before = states[j - 1]
         loop = processes.loop_of(step.action)
         phase = processes.phase_of(step.action, before, step.rid)
-        for cond, fn in _CONDITIONS.items():
+        for cond, fn in processes.CONDITIONS.items():
             if not fn(before):
                 held_since.pop(cond, None)
                 continue
@@ -177,7 +180,7 @@ def _early_returns(states: Sequence[State], steps: Sequence[Step]) -> List[Order
             if phase in skipped:
                 found.append(OrderViolation(
                     j, since, step.rid,
-                    f"step {j} {step}: the {loop.name} loop's {phase} phase runs while "
-                    f"the {cond.replace('_', ' ')} is not empty (since step {since}); the loop "
-                    f"returns before {' and '.join(skipped)} then"))
+                    f"step {j} {step}: the {loop.name} loop's {phase} phase runs "
+                    f"{_WHILE[cond]} (since step {since}); the loop skips "
+                    f"{', '.join(skipped)} then"))
     return found

@@ -9,6 +9,7 @@ from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 import attrs
 
+from reqmodel.model import processes
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
 from reqmodel.model.events import Event
@@ -178,6 +179,25 @@ BY_NAME: Dict[str, Action] = {}
 HISTORY: List[Callable[[Ctx, State, State, Tuple[Event, ...]], State]] = []
 
 
+def _loop_gated(name: str, guard: Callable) -> Callable:
+    """``guard``, and the step's loop phase is not one its loop skips in the
+    state (``processes.Loop.returns_early``: decode's loop skips every phase
+    after ingest while its engine is paused, and both scans while a request
+    waits retracted).  One place for every action of those phases, so a new
+    one cannot forget the loop's return; ``why_not`` names the condition."""
+    gate = processes.loop_gate(name)
+    if gate is None:
+        return guard
+    loop, phase = gate
+
+    def gated(ctx, s, rid):
+        return phase not in processes.skipped_phases(loop, s) and guard(ctx, s, rid)
+
+    gated.__name__ = getattr(guard, "__name__", name)
+    gated.loop_phase = gate  # type: ignore[attr-defined]
+    return gated
+
+
 def action(actor: str, guard: Callable, choices: Callable = None, event: str = None,
            arg_names: Tuple[str, ...] = (), optional_args: int = 0, worker: str = None,
            timeout: str = None, seam: str = None, environment: bool = None,
@@ -209,7 +229,8 @@ def action(actor: str, guard: Callable, choices: Callable = None, event: str = N
                 nxt = note(ctx, s, nxt, evs)
             return nxt, evs
 
-        a = Action(fn.__name__, actor, guard, effect, choices, event, names,
+        a = Action(fn.__name__, actor, _loop_gated(fn.__name__, guard), effect, choices, event,
+                   names,
                    len(names) if names in (RANK_ARG, PRANK_ARG, CHANNEL_ARG) else optional_args,
                    worker, timeout, seam, event is not None if environment is None else environment,
                    follows, crash, needs)
@@ -290,6 +311,10 @@ def enabled(ctx: Ctx, s: State) -> Iterable[Tuple[Action, int]]:
             yield a, r
 
 
+_WHILE = {"paused": "the engine is paused (pause_generation until continue_generation)",
+          "retracted_queue": "a request waits in the retracted queue"}
+
+
 def why_not(ctx: Ctx, s: State, step: Step) -> str:
     """Why ``step`` cannot be taken in ``s``, in words (what :func:`apply`
     checks, in its order); empty when it can."""
@@ -306,6 +331,13 @@ def why_not(ctx: Ctx, s: State, step: Step) -> str:
     if s.halted():
         return ("decode's ranks diverged at an earlier step, and the model does not follow "
                 "them past it")
+    gate = getattr(a.guard, "loop_phase", None)
+    if gate is not None and gate[1] in processes.skipped_phases(gate[0], s):
+        loop, phase = gate
+        held = [c for c, phases in loop.returns_early
+                if phase in phases and processes.CONDITIONS[c](s)]
+        return (f"the {loop.name} loop skips its {phase} phase while "
+                f"{' and '.join(_WHILE[c] for c in held)}")
     if not a.guard(ctx, s, r):
         name = getattr(a.guard, "__name__", "its guard").lstrip("_")
         return (f"its guard {name} does not hold for request {r} (prefill "

@@ -486,8 +486,8 @@ def d_resume(c: Ctx, s: State, r: int, arg=()) -> Effect:
     return s, (Acquire(r, "decode", "kv"), Release(r, "decode", "backup", held))
 
 
-def _pausable(c, s, r):
-    req = s.d[r]
+def _pausable_one(c, s, k):
+    req = s.d[k]
     if req.stage is not DStage.RUNNING or req.was_retracted:
         return False
     # with the overlap scheduler, pause_generation first processes the last
@@ -498,19 +498,42 @@ def _pausable(c, s, r):
     return not (c.scenario.decode.overlap_schedule and req.to_finish is not None)
 
 
+def _running(s):
+    return [k for k, d in enumerate(s.d) if d.stage is DStage.RUNNING]
+
+
+def _pausable(c, s, r):
+    """The pause takes every running request at once (``retract_reqs`` is the
+    whole running batch, sch 21:5608): the step is named by the first of them,
+    and the model takes it only where it can retract each one (the
+    scenario's ``preempt`` flag on, not yet re-entered, no pending finish that
+    the overlap scheduler's last result would promote; that request is
+    answered first, ``d_respond``, an order the code's pause also gives)."""
+    running = _running(s)
+    return (bool(running) and running[0] == r
+            and all(c.scenario.events.on("preempt", k) and _pausable_one(c, s, k)
+                    for k in running))
+
+
 @action("decode", guard=_pausable, needs=Needs(d={DStage.RUNNING}), event="preempt")
 def d_pause_retract(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """R2 ``pause_generation(mode="retract")`` (sch 5180/5437/5655/5690/5908):
+    ``_engine_paused`` is set and every running request is retracted
+    (``retract_reqs``, sch 19:5137, 21:5608, 23:5848):
     ``retract_all(offload_kv=False)`` frees the KV without a host backup and
     ``reset_for_retract`` sets ``is_retracted``; ``hold_rebootstrap`` then, on
-    resume, ``enqueue_held_rebootstrap`` -> ``add(is_rebootstrap=True)``
-    (dc 19:712-730, 21:848-867).  Neither checks a pending ``to_finish``;
-    only the overlap scheduler's last-batch processing, before the retract,
-    promotes it (see the guard)."""
-    s = d_release(c, s, r)
-    s = set_d(s, r, stage=DStage.DOOR, door_flag="rebootstrap", is_retracted=True,
-              rebootstrap=True, was_retracted=True, read_foreign=False)
-    return s, (Release(r, "decode", "kv", True),)
+    ``continue_generation``, ``enqueue_held_rebootstrap`` ->
+    ``add(is_rebootstrap=True)`` (dc 19:712-730, 21:848-867).  Until then the
+    decode loop skips every phase after ingest (``processes.engine_paused``).
+    Neither checks a pending ``to_finish``; only the overlap scheduler's
+    last-batch processing, before the retract, promotes it (see the guard)."""
+    evs = ()
+    for k in _running(s):
+        s = d_release(c, s, k)
+        s = set_d(s, k, stage=DStage.DOOR, door_flag="rebootstrap", is_retracted=True,
+                  rebootstrap=True, was_retracted=True, read_foreign=False)
+        evs += (Release(k, "decode", "kv", True),)
+    return s, evs
 
 
 def _recompute_requested(c, s, r):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Tuple
 
+from reqmodel.model.processes import retracted_queue
 from reqmodel.model.state import DStage, State
 
 
@@ -98,5 +99,4 @@ def retracted_waiting(s: State) -> bool:
     follows the default loop, without ``--pp-size``.  Found by reading the
     wheels along a re-entry trace that needed a commit while a request was
     retracted (notes/verdicts.md)."""
-    return any(d.stage is DStage.RETRACTED
-               or (d.stage is DStage.DOOR and d.door_flag == "retracted") for d in s.d)
+    return retracted_queue(s)

@@ -394,9 +394,15 @@ def _unexpected_poll(c, s, r):
     """Where the scheduler raises on the poll it reads: the bootstrap queue on
     Transferring or Success; the inflight queue on Bootstrapping for a request
     not parked, and (``handle_pending_bootstrap``) on Transferring or Success
-    for a parked one."""
+    for a parked one, or for the chunked request still bootstrapping, whose
+    ``check_bootstrap`` ``process_prefill_chunk`` calls every iteration
+    (pf 19:1091, 20:1195, 21:1252, 22:1379, 23:1422 -> pf 19:1065-1066,
+    21:1226-1227, 23:1396-1397).  A waiting request still bootstrapping is
+    polled by ``resolve_waiting_queue_bootstrap``, which has no branch for
+    those states and leaves it (pf 21:611-623)."""
     req = s.p[r]
-    if not req.has_sender or req.stage not in (PStage.BOOTSTRAP, PStage.INFLIGHT):
+    if not req.has_sender or not (req.stage in (PStage.BOOTSTRAP, PStage.INFLIGHT)
+                                  or (req.stage is PStage.CHUNKED and req.pending_bootstrap)):
         return None
     poll = sender_poll(c, s, r)
     if req.stage is PStage.BOOTSTRAP or req.pending_bootstrap:
@@ -411,7 +417,7 @@ def _unexpected_poll(c, s, r):
 
 
 @action("prefill", guard=lambda c, s, r: _unexpected_poll(c, s, r) is not None,
-        needs=Needs(p={PStage.BOOTSTRAP, PStage.INFLIGHT}),
+        needs=Needs(p={PStage.BOOTSTRAP, PStage.INFLIGHT, PStage.CHUNKED}),
         crash=True)
 def p_unexpected_poll(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """The prefill scheduler reads a poll state its queue has no branch for and

@@ -9,7 +9,7 @@ from typing import Tuple
 
 from reqmodel.model.events import AckDropped, RankRelease
 from reqmodel.model.actions.core import (action, CHANNEL_ARG, Ctx, Effect, Event, Needs, pranks,
-                                         RANK_ARG, set_d)
+                                         RANK_ARG, set_d, set_p)
 from reqmodel.model.actions.decode import do_release, resolve_held
 from reqmodel.model.actions.dpool import retracted_waiting
 from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, note_ack, notify_abort,
@@ -36,9 +36,23 @@ def p_bootstrap_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`` (300 s, env 19:656): a sender
     still Bootstrapping records a failure and goes Failed.  Every prefill
     rank's sender started its clock in the same scheduler step, so the ranks
-    still bootstrapping time out together."""
+    still bootstrapping time out together.  The timeout lives in the sender's
+    ``poll()`` (``_check_bootstrap_timeout``, cc 19:1320-1337, 21:1675-1693,
+    from mc 19:2410-2413, 21:2820-2838), which returns Failed to the scan
+    that polled, and that scan handles the Failed in the same call
+    (``handle_bootstrap_failure``): the request is aborted whatever the
+    bootstrap thread writes into ``request_status`` meanwhile.  For a request
+    in the bootstrap queue the model latches Failed on the sender
+    (``concluded``), so ``pop_bootstrapped``'s next poll is that Failed;
+    without it, 0.5.19's ``update_status`` (the larger of the two,
+    cc 19:365-380, Failed being 0) let metadata arriving next turn the room
+    back to WaitingForInput and the timed-out request go on.  (At the other
+    stages the step still only records the failure: notes/design.md, "The
+    bootstrap timeout".)"""
     for q in _bootstrapping_ranks(c, s, r):
         s = record_failure(c, s, r, q)
+    if s.p[r].stage is PStage.BOOTSTRAP:
+        s = set_p(s, r, concluded=KVPoll.Failed)
     return s, ()
 
 
