@@ -142,13 +142,16 @@ NOT_FOUND_BY_CI = {
     # again: these cells are missed now, and four listed above before are
     # found and came off (two-rank-abort 0.5.21's drain ack, room-reuse
     # 0.5.23's commit, room-reuse-three 0.5.20's foreign read and 0.5.23's
-    # in-flight reuse; measured by CI on that stop; per-run rates not measured)
+    # in-flight reuse; measured by CI on that stop; per-run rates not measured).
+    # Since the bootstrap timeout latches Failed on a request in the
+    # bootstrap queue the draws on retract-late-write moved again: its
+    # in-flight reuse on 0.5.19 is found and came off (measured by CI on
+    # 77754f5)
     **{cell: "missed by the ci profile's draws since issue #51's rank steps"
        for cell in (
            ('no-reuse-during-inflight-write', 'inflight-reuse', '0.5.23'),
            ('no-reuse-during-inflight-write', 'optimistic-abort-unit', '0.5.19'),
            ('no-foreign-kv-read', 'transfer-failure', '0.5.20'),
-           ('no-reuse-during-inflight-write', 'retract-late-write', '0.5.19'),
            ('no-reuse-during-inflight-write', 'retract-late-write', '0.5.20'),
            ('no-reuse-during-inflight-write', 'retract-late-write', '0.5.23'),
            ('commit-after-all-ranks', 'prefill-tp', '0.5.21'),
