@@ -11,7 +11,6 @@ from reqmodel.model import processes, properties, releases, scenario
 from reqmodel.model.actions import ACTIONS, Ctx, initial_state, successors
 from reqmodel.model.actions import intake
 from reqmodel.model.actions.core import set_d, set_p
-from reqmodel.model.actions.dpool import retracted_waiting
 from reqmodel.model.state import DStage, PStage
 from reqmodel.traces import order, replay
 
@@ -126,6 +125,15 @@ def test_the_guard_keeps_an_intake_sent_before_the_scan_was_due():
     assert found
 
 
+def _path_to(parent, s, last):
+    """The steps from the initial state to ``last``, taken in ``s``."""
+    steps = [last]
+    while parent[s] is not None:
+        s, step = parent[s]
+        steps.append(step)
+    return steps[::-1]
+
+
 _RETRACT_TIMEOUT = {"name": "t", "prompt_pages": [1, 1], "prefill": {"pool_pages": 2},
                     "decode": {"pool_pages": 2}, "events": {"retract": [0], "timeouts": [1]}}
 
@@ -163,27 +171,19 @@ def test_no_step_the_retracted_queue_skips_is_enabled_while_it_waits():
 
 def test_the_checker_finds_a_waiting_timeout_noticed_while_a_request_waits_retracted(
         monkeypatch):
-    """Without the registry's loop gate and the guard's own retracted clause
-    the waiting timeout fires while the loop returns before its transfer
-    scan; the checker names that step."""
-    from reqmodel.model.actions import timeouts
-    monkeypatch.setattr(timeouts, "retracted_waiting", lambda s: False)
+    """Without the registry's loop gate the waiting timeout fires while the
+    loop returns before its transfer scan; the checker names that step."""
     monkeypatch.setattr(processes, "skipped_phases", lambda loop, s: frozenset())
     sc = scenario.from_dict(_RETRACT_TIMEOUT)
     ctx = Ctx(release=releases.get("0.5.21"), scenario=sc)
     found, parent = _skipped_while_retracted(ctx, stop_at_first=True)
     assert found and found[0][1].action == "d_waiting_timeout"
-    s, last = found[0]
-    steps = [last]
-    while parent[s] is not None:
-        s, step = parent[s]
-        steps.append(step)
-    steps.reverse()
+    steps = _path_to(parent, *found[0])
     # the checker reads the conditions itself, not the registry's gate
     assert order.check(releases.get("0.5.21"), sc, steps[:-1]) == []
     bad = order.check(releases.get("0.5.21"), sc, steps)
     assert [(v.step, steps[v.step - 1].action) for v in bad] == [(len(steps), "d_waiting_timeout")]
-    assert "transfer phase" in bad[0].text and "retracted queue is not empty" in bad[0].text
+    assert "transfer phase" in bad[0].text and "waits in the retracted queue" in bad[0].text
 
 
 _PAUSE_TWO = {"name": "t", "prompt_pages": [1, 1], "prefill": {"pool_pages": 2},
@@ -223,12 +223,7 @@ def test_the_checker_finds_a_step_of_a_paused_decode_loop(monkeypatch):
     ctx = Ctx(release=releases.get("0.5.21"), scenario=sc)
     found, parent = _skipped_while_retracted(ctx, stop_at_first=True, cond="paused")
     assert found
-    s, last = found[0]
-    steps = [last]
-    while parent[s] is not None:
-        s, step = parent[s]
-        steps.append(step)
-    steps.reverse()
+    steps = _path_to(parent, *found[0])
     bad = order.check(releases.get("0.5.21"), sc, steps)
     assert bad and bad[-1].step == len(steps) and "the paused is not empty" not in bad[-1].text
     assert "while the engine is paused" in bad[-1].text

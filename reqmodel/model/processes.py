@@ -188,6 +188,10 @@ def retracted_queue(s: State) -> bool:
 # the conditions of ``Loop.returns_early``, on the state a step starts from
 CONDITIONS: Dict[str, Callable[[State], bool]] = {
     "paused": engine_paused, "retracted_queue": retracted_queue}
+# and in words, for why_not and the trace checker
+WHILE: Dict[str, str] = {
+    "paused": "the engine is paused (pause_generation until continue_generation)",
+    "retracted_queue": "a request waits in the retracted queue"}
 
 # Whose step each action is, by process and, for the prefill loop, by phase
 # (None: no phase of its own). A process is a worker's scheduler loop or one

@@ -59,7 +59,6 @@ class OrderViolation:
     text: str
 
 
-
 def _instance(step: Step) -> str:
     proc = processes.process_of(step.action)
     if proc == "prefill.transfer_worker":  # one per prefill rank
@@ -160,10 +159,6 @@ def check(release: Release, scenario: Scenario, steps: Sequence[Step]
     return sorted(found, key=lambda v: v.step)
 
 
-_WHILE = {"paused": "while the engine is paused (pause_generation until continue_generation)",
-          "retracted_queue": "while the retracted queue is not empty"}
-
-
 def _early_returns(states: Sequence[State], steps: Sequence[Step]) -> List[OrderViolation]:
     found: List[OrderViolation] = []
     held_since: Dict[str, int] = {}
@@ -181,6 +176,6 @@ def _early_returns(states: Sequence[State], steps: Sequence[Step]) -> List[Order
                 found.append(OrderViolation(
                     j, since, step.rid,
                     f"step {j} {step}: the {loop.name} loop's {phase} phase runs "
-                    f"{_WHILE[cond]} (since step {since}); the loop skips "
+                    f"while {processes.WHILE[cond]} (since step {since}); the loop skips "
                     f"{', '.join(skipped)} then"))
     return found

@@ -311,10 +311,6 @@ def enabled(ctx: Ctx, s: State) -> Iterable[Tuple[Action, int]]:
             yield a, r
 
 
-_WHILE = {"paused": "the engine is paused (pause_generation until continue_generation)",
-          "retracted_queue": "a request waits in the retracted queue"}
-
-
 def why_not(ctx: Ctx, s: State, step: Step) -> str:
     """Why ``step`` cannot be taken in ``s``, in words (what :func:`apply`
     checks, in its order); empty when it can."""
@@ -337,7 +333,7 @@ def why_not(ctx: Ctx, s: State, step: Step) -> str:
         held = [c for c, phases in loop.returns_early
                 if phase in phases and processes.CONDITIONS[c](s)]
         return (f"the {loop.name} loop skips its {phase} phase while "
-                f"{' and '.join(_WHILE[c] for c in held)}")
+                f"{' and '.join(processes.WHILE[c] for c in held)}")
     if not a.guard(ctx, s, r):
         name = getattr(a.guard, "__name__", "its guard").lstrip("_")
         return (f"its guard {name} does not hold for request {r} (prefill "

@@ -11,7 +11,6 @@ from reqmodel.model.events import AckDropped, RankRelease
 from reqmodel.model.actions.core import (action, CHANNEL_ARG, Ctx, Effect, Event, Needs, pranks,
                                          RANK_ARG, set_d, set_p)
 from reqmodel.model.actions.decode import do_release, resolve_held
-from reqmodel.model.actions.dpool import retracted_waiting
 from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, note_ack, notify_abort,
                                               receiver_fail, receiver_poll, record_failure,
                                               room_of)
@@ -59,7 +58,7 @@ def p_bootstrap_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
 def _d_waiting_too_long(c, s, r):
     req = s.d[r]
     return (req.stage is DStage.TRANSFER and receiver_poll(c, s, r) == KVPoll.WaitingForInput
-            and not s.room_msgs("status", r) and not retracted_waiting(s))
+            and not s.room_msgs("status", r))
 
 
 def _waiting_timeout_ranks(c, s, r):
@@ -79,8 +78,8 @@ def d_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     20:2760-2768, 21:3031-3039; cc 22:2295, 23:2609), and only
     ``pop_transferred`` polls a transfer-queue entry: a step of the decode
     loop's transfer phase (``processes.DECODE_LOOP``), so not while a request
-    waits retracted (``retracted_waiting``: the loop returns before that
-    scan).  The poll is
+    waits retracted or the engine is paused (the loop returns before that
+    scan; the registry's gate, ``core._loop_gated``).  The poll is
     MIN-reduced over ranks, so the request fails on every rank."""
     s = set_d(receiver_fail(c, s, r), r, receiver_state=KVPoll.Failed)
     return notify_abort(c, s, r, (rank_of(arg),), arm=c.release.arm_before_send), ()
