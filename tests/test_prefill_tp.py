@@ -109,10 +109,10 @@ def test_a_one_rank_ack_count_would_free_the_hold_early():
     s = initial_state(ONE)
     s = attrs.evolve(s, d=(attrs.evolve(s.d[0], stage=DStage.HELD, held=(0,), pages=(0,)),))
     tracker = attrs.evolve(s.d_rooms[0], armed=((0, 0, 0),), acked=((0, 1, 0),))
-    s2, evs = actions.decode.resolve_held(ctx, s, 0, tracker)
+    s2, evs = actions.drelease.resolve_held(ctx, s, 0, tracker)
     assert s2.d[0].stage is DStage.HELD and not evs
     both = attrs.evolve(tracker, acked=((0, 0, 0), (0, 1, 0)))
-    s3, _ = actions.decode.resolve_held(ctx, s, 0, both)
+    s3, _ = actions.drelease.resolve_held(ctx, s, 0, both)
     assert s3.d[0].stage is DStage.GONE
 
 

@@ -12,8 +12,6 @@ import pytest
 from reqmodel.engines import exhaustive
 from reqmodel.model import processes, properties, releases, scenario
 from reqmodel.model.actions import Ctx, Step, apply, enabled, initial_state
-from reqmodel.model.actions import decode as decode_actions
-from reqmodel.model.actions.dpool import retracted_waiting
 from reqmodel.model.state import DStage
 from steps import run_steps
 
@@ -46,14 +44,14 @@ def test_no_queue_step_while_a_request_waits_retracted():
     neither fails the entry nor frees its page, and does once 0 resumed."""
     ctx = Ctx(releases.get("0.5.20"), SC)
     s = run_steps(ctx, BOTH_SENT + (Step("d_abort", 1), Step("d_retract", 0)))
-    assert retracted_waiting(s) and s.d[0].stage is DStage.DOOR
+    assert processes.retracted_queue(s) and s.d[0].stage is DStage.DOOR
     assert apply(ctx, s, Step("d_transferred", 1)) is None
     s = run_steps(ctx, (Step("d_door", 0),), s)
     assert s.d[0].stage is DStage.RETRACTED
     names = {a.name for a, _ in enabled(ctx, s)}
     assert "d_resume" in names and not QUEUE_STEPS & names
     s = run_steps(ctx, (Step("d_resume", 0, (0, (0,))),), s)
-    assert not retracted_waiting(s)
+    assert not processes.retracted_queue(s)
     assert apply(ctx, s, Step("d_transferred", 1)) is not None
 
 
@@ -72,8 +70,7 @@ def test_the_resumed_request_takes_pages_freed_before_its_retraction(explored):
 def test_without_the_gate_the_failed_entry_is_freed_while_retracted(monkeypatch):
     """The gate is not vacuous: without it the shortest trace fails request
     1's entry while request 0 waits retracted, which no release's loop does.
-    (Both the guards' own clause and the registry's loop gate are lifted.)"""
-    monkeypatch.setattr(decode_actions, "retracted_waiting", lambda s: False)
+    (The registry's loop gate is the one place that holds it: lifted.)"""
     monkeypatch.setattr(processes, "skipped_phases", lambda loop, s: frozenset())
     v = foreign_read("0.5.20", SC)
     names = [f"{st.action}({st.rid})" for st in v.trace.steps]

@@ -29,7 +29,6 @@ import collections
 import contextlib
 import inspect
 import pathlib
-import tempfile
 import threading
 import time
 import types
@@ -76,8 +75,9 @@ def setup() -> Dict[str, Any]:
         if hasattr(dc, name):
             setattr(dc, name, lambda *a, **k: False)
     if not dist.is_initialized():
-        init = f"file://{tempfile.mktemp(prefix='reqmodel-gloo-')}"
-        dist.init_process_group("gloo", init_method=init, rank=0, world_size=1)
+        # an in-memory store: one rank needs no rendezvous, and a file store
+        # would leave its file behind in the temporary directory
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     _GROUP = dist.group.WORLD
     return features()
 

@@ -258,8 +258,8 @@ def deferred_release_cases(ctx: Ctx, s, r: int) -> Iterable[Tuple[str, Tuple[dic
               "status": kvcases.poll_name(room.status), "held": sorted(pre.held),
               "trackers": [kvcases.tracker_of(room, k) for k in ranks],
               "pranks": sc.prefill.ranks, "buffers": sc.decode.metadata_buffers}
-    for how, (nxt, _) in (("resolve", actions.decode.resolve_held(ctx, s, r)),
-                          ("timeout", actions.decode.do_release(ctx, s, r, on_ack=False))):
+    for how, (nxt, _) in (("resolve", actions.drelease.resolve_held(ctx, s, r)),
+                          ("timeout", actions.drelease.do_release(ctx, s, r, on_ack=False))):
         post, after = nxt.d[r], kvm.d_room_of(ctx, nxt, r)
         still = post.held if post.stage is DStage.HELD else ()
         per_rank = []

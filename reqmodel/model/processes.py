@@ -180,7 +180,12 @@ def retracted_queue(s: State) -> bool:
     19:2681-2683, 20:2769-2771, 21:3186-3188, 22:3329-3331, 23:3472-3474).
     ``retract_decode`` puts the request there in the same call
     (``_add_request_to_queue(is_retracted=True)``), so a request between
-    ``d_retract`` and its ``d_door`` counts too."""
+    ``d_retract`` and its ``d_door`` counts too.  The pipeline-parallel
+    loop gates only the prealloc queue (``process_prealloc_queue``, pp
+    19:1499-1501, 20:1390-1392); the model follows the default loop,
+    without ``--pp-size``.  Found by reading the wheels along a re-entry
+    trace that needed a commit while a request was retracted
+    (notes/verdicts.md)."""
     return any(d.stage is DStage.RETRACTED
                or (d.stage is DStage.DOOR and d.door_flag == "retracted") for d in s.d)
 

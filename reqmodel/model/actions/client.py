@@ -9,7 +9,7 @@ from typing import Tuple
 from reqmodel.model import guards as g
 from reqmodel.model.actions.core import action, Ctx, Effect, Event, Needs, set_d, set_p
 from reqmodel.model.events import Release
-from reqmodel.model.actions.decode import d_release
+from reqmodel.model.actions.drelease import d_release
 from reqmodel.model.actions.kvmanager import (all_ranks, arm_tracker, notify_abort, receiver_fail,
                                               sender_abort)
 from reqmodel.model.actions.prefill import loop_timing

@@ -1,6 +1,7 @@
 """The decode worker's scheduler: the door (``DecodePreallocQueue.add``),
 preallocation, the transfer queue's polls and commit, attention, the answer,
-retraction and pause, and the deferred release of failed requests' pages.
+retraction and pause (the release of a request's pages, and the deferred
+release of failed requests' pages, are ``drelease``).
 
 Releases differ only through ``ctx.release``; docstrings cite the SGLang
 code per release (``a/b/c/d/e`` = lines in 0.5.19/20/21/22/23)."""
@@ -8,20 +9,20 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from reqmodel.model.events import (AckRelease, Acquire, Commit, CorruptionAbort, Crash, DoorRetire,
+from reqmodel.model.events import (Acquire, Commit, CorruptionAbort, Crash, DoorRetire,
                                    Prealloc, RankRelease, Read, Release, StatusDropped,
                                    poll_key_error)
 from reqmodel.model.actions.core import action, Ctx, Effect, Needs, PRANK_ARG, set_d
-from reqmodel.model.actions.dpool import (page_choices, retracted_reserve, retracted_waiting,
-                                          slot_choices)
+from reqmodel.model.actions.dpool import page_choices, retracted_reserve, slot_choices
+from reqmodel.model.actions.drelease import clear_checksum, d_release, resolve_held
 from reqmodel.model.actions.kvmanager import (all_ranks, apply_report, d_room_of, layout_tag,
                                               notify_abort, receiver_clear, receiver_init,
-                                              receiver_poll, release_safe, room_id, set_d_room)
+                                              receiver_poll, room_id)
 from reqmodel.model.actions.req import run_retire_cleanup, stream_d, validate_intake
 from reqmodel.model.actions.transport import (arriving, channels, consume, prank_args, prank_of,
                                               send)
 from reqmodel.model.guards import is_aborted
-from reqmodel.model.state import (ABORT_400, ABORT_500, DecodeReq, DRoom, DStage, KVPoll, LENGTH,
+from reqmodel.model.state import (ABORT_400, ABORT_500, DecodeReq, DStage, KVPoll, LENGTH,
                                   MetaSlot, Msg, MsgKind, PrefillReq, PStage, replace, State)
 
 
@@ -72,7 +73,7 @@ def _scanned(c: Ctx, s: State, r: int) -> bool:
 
 def _prealloc_drop(c, s, r):
     return (s.d[r].stage is DStage.PREALLOC and _scanned(c, s, r)
-            and not retracted_waiting(s) and handshake_raises(c, s) is None)
+            and handshake_raises(c, s) is None)
 
 
 @action("decode", guard=_prealloc_drop, needs=Needs(d={DStage.PREALLOC}))
@@ -82,7 +83,7 @@ def d_prealloc_drop(c: Ctx, s: State, r: int, arg=()) -> Effect:
     (``prepare_abort``), is streamed and its receiver cleared.  The scan runs
     after the handshake (dc 19:1094, 23:1347): when that raises, nothing is
     dropped (``handshake_raises``), nor while a request waits retracted
-    (``retracted_waiting``)."""
+    (the decode loop's return, ``processes.DECODE_LOOP``)."""
     req = s.d[r]
     reason = req.finished_reason if (req.finished_reason and req.finished_reason.is_abort) else ABORT_500
     s = set_d(receiver_clear(c, s, r), r, stage=DStage.GONE, finished_reason=reason,
@@ -123,7 +124,7 @@ def _handshake_sees_success(c, s, r):
     req = s.d[r]
     return (req.stage is DStage.PREALLOC and req.has_receiver
             and receiver_poll(c, s, r) in (KVPoll.Transferring, KVPoll.Success)
-            and not retracted_waiting(s) and handshake_raises(c, s) == "ValueError")
+            and handshake_raises(c, s) == "ValueError")
 
 
 def handshake_raises(c: Ctx, s: State) -> Optional[str]:
@@ -153,7 +154,7 @@ def d_unexpected_poll(c: Ctx, s: State, r: int, arg=()) -> Effect:
     ``request_status[room]``: ``update_status`` keeps the larger state, so a
     new receiver's Bootstrapping and WaitingForInput do not lower it (cc
     19:365-380, 21:415-433).  ``pop_preallocated`` does not run while a
-    request waits retracted (``retracted_waiting``).  The run ends here
+    request waits retracted (the decode loop's return).  The run ends here
     (``State.crashed``)."""
     poll = receiver_poll(c, s, r)
     s = set_d(s, r, receiver_state=KVPoll.Failed, crashed=True)
@@ -168,11 +169,11 @@ def _can_prealloc(c, s, r):
     the handshake skipped its poll, it goes on to the transfer queue, which
     commits on that Success.  Nothing is preallocated when the handshake
     raises (``handshake_raises``), which ``pop_preallocated`` runs first, and
-    nothing while a request waits retracted (``retracted_waiting``)."""
+    nothing while a request waits retracted (the decode loop's return,
+    ``processes.DECODE_LOOP``)."""
     req = s.d[r]
     # the cheap tests first: the handshake and slot passes scan the state
     return (req.stage is DStage.PREALLOC and req.receiver_state is KVPoll.WaitingForInput
-            and not retracted_waiting(s)
             and len(s.free_d_pages()) - retracted_reserve(s)
             >= _prealloc_need(c, req, 1 if _radix_hit_possible(c, req) else 0)
             and not _scanned(c, s, r) and handshake_raises(c, s) is None
@@ -211,32 +212,6 @@ def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
         s = send(s, Msg(MsgKind.recompute, r))
     return s, (Prealloc(r, "decode", is_aborted(req)),
                Acquire(r, "decode", "kv"))
-
-
-def clear_checksum(c: Ctx, slot: MetaSlot) -> Optional[Tuple]:
-    """The checksum row a freed metadata slot keeps: 0.5.21/0.5.22 leave the last
-    owner's (only ``bootstrap_room[idx] = 0``), 0.5.23's ``clear_slot`` zeroes it
-    (ut 23:517-522)."""
-    return None if c.release.clear_slot_resets_checksum else slot.checksum
-
-
-def d_release(c: Ctx, s: State, r: int) -> State:
-    """Free the request's D pages and metadata slot (``release_kv_cache`` on D and
-    the slot reset; ``_do_release`` dc 2390/2477/2791/2909/3018 for held ones).
-    The reset zeroes ``bootstrap_room[idx]`` and, from 0.5.23, the checksum row
-    (``clear_slot``, dc 23:2987/3024)."""
-    req = s.d[r]
-    pages = list(s.d_pages)
-    for pg in req.pages:
-        pages[pg] = replace(pages[pg], owner=None)
-    slots = list(s.d_slots)
-    if req.meta_slot >= 0:
-        slot = slots[req.meta_slot]
-        slots[req.meta_slot] = replace(slot, owner=None, room=0, checksum=clear_checksum(c, slot))
-    s = replace(s, d_pages=tuple(pages), d_slots=tuple(slots))
-    if req.has_receiver:
-        s = receiver_clear(c, s, r)
-    return set_d(s, r, pages=(), meta_slot=-1, has_receiver=False)
 
 
 def _status_arrives(c, s, r):
@@ -300,7 +275,7 @@ def transfer_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
 
 
 def _transferred_ready(c, s, r):
-    return (s.d[r].stage is DStage.TRANSFER and not retracted_waiting(s)
+    return (s.d[r].stage is DStage.TRANSFER
             and transfer_poll(c, s, r) in (KVPoll.Success, KVPoll.Failed))
 
 
@@ -315,7 +290,8 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     Failed: ``failure_exception()`` (which clears the room's status entry),
     ``prepare_abort(500)``, stream, then release now or hold until the drain
     ack (§5.5).  Not while a request waits retracted: ``process_decode_queue``
-    returns before ``pop_transferred`` (``retracted_waiting``)."""
+    returns before ``pop_transferred`` (the decode loop's return,
+    ``processes.DECODE_LOOP``)."""
     req = s.d[r]
     if transfer_poll(c, s, r) == KVPoll.Success:
         counted = d_room_of(c, s, r).responded
@@ -371,7 +347,7 @@ def _status_popped(c, s, r):
     polls (``handshake_raises``: 0.5.19 skips the poll while every entry waits
     and none concluded Failed, dc 19:871-879)."""
     req = s.d[r]
-    if not req.has_receiver or receiver_poll(c, s, r) is not None or retracted_waiting(s):
+    if not req.has_receiver or receiver_poll(c, s, r) is not None:
         return False
     return req.stage is DStage.TRANSFER or (req.stage is DStage.PREALLOC
                                             and handshake_raises(c, s) == "KeyError")
@@ -386,7 +362,7 @@ def d_poll_popped_room(c: Ctx, s: State, r: int, arg=()) -> Effect:
     KeyError, which neither ``pop_preallocated`` nor ``pop_transferred``
     catches (``poll_and_all_reduce``, utils 19:205-212): the decode
     scheduler's loop dies.  Neither runs while a request waits retracted
-    (``retracted_waiting``).  The run ends here (``State.crashed``);
+    (the decode loop's return, ``processes.DECODE_LOOP``).  The run ends here (``State.crashed``);
     ``no-poll-of-popped-room`` flags it."""
     s = set_d(s, r, receiver_state=KVPoll.Failed, crashed=True)
     return s, (poll_key_error(r, "decode"),)
@@ -498,7 +474,7 @@ def _pausable_one(c, s, k):
     return not (c.scenario.decode.overlap_schedule and req.to_finish is not None)
 
 
-def _running(s):
+def _running_batch(s):
     return [k for k, d in enumerate(s.d) if d.stage is DStage.RUNNING]
 
 
@@ -509,7 +485,7 @@ def _pausable(c, s, r):
     scenario's ``preempt`` flag on, not yet re-entered, no pending finish that
     the overlap scheduler's last result would promote; that request is
     answered first, ``d_respond``, an order the code's pause also gives)."""
-    running = _running(s)
+    running = _running_batch(s)
     return (bool(running) and running[0] == r
             and all(c.scenario.events.on("preempt", k) and _pausable_one(c, s, k)
                     for k in running))
@@ -528,7 +504,7 @@ def d_pause_retract(c: Ctx, s: State, r: int, arg=()) -> Effect:
     Neither checks a pending ``to_finish``; only the overlap scheduler's
     last-batch processing, before the retract, promotes it (see the guard)."""
     evs = ()
-    for k in _running(s):
+    for k in _running_batch(s):
         s = d_release(c, s, k)
         s = set_d(s, k, stage=DStage.DOOR, door_flag="rebootstrap", is_retracted=True,
                   rebootstrap=True, was_retracted=True, read_foreign=False)
@@ -556,44 +532,3 @@ def p_recompute(c: Ctx, s: State, r: int, arg=()) -> Effect:
                        requeues_left=sc.optimistic_prefill_attempts, answer=old.answer,
                        **{**fields, "rejected": old.rejected or fields.get("rejected", False)})
     return replace(s, p=s.p[:r] + (fresh,) + s.p[r + 1:]), ()
-
-
-def resolve_held(c: Ctx, s: State, r: int, tracker: Optional[DRoom] = None) -> Effect:
-    """``resolve_deferred_releases`` (dc 19:2405-2436 ... 23:3046-3090): a rank
-    whose tracker for the room has an ack from every prefill rank it
-    bootstrapped from releases its hold (``is_abort_release_safe(room,
-    required_acks)``, ``required_acks = len(bootstrap_infos)``, dc
-    19:2416, 22:2894-2898; the tracker is the room's, whoever armed it).  Up
-    to 0.5.22 each rank decides alone; 0.5.23 MIN-reduces readiness, so the
-    ranks release together.  The pool is one picture of every rank's pool in
-    lockstep: its pages free when the last rank lets go; until then
-    ``released_on`` names the ranks whose own pool has them back
-    (``State.rank_free_pages``), which ``pop_preallocated`` reads
-    (``ranks.d_prealloc_splits``)."""
-    req = s.d[r]
-    if req.stage is not DStage.HELD:
-        return s, ()
-    if tracker is None:
-        tracker = d_room_of(c, s, r)
-    ready = tuple(k for k in req.held if release_safe(c, tracker, k))
-    if not ready or (c.release.release_reduced and len(ready) < len(req.held)):
-        return s, ()
-    # history: whose ABORT the acks that free this hold answered
-    evs = (AckRelease(r, "decode", tuple(sorted({o for k, _, o in tracker.acked if k in ready}))),)
-    held = tuple(k for k in req.held if k not in ready)
-    if held:
-        freed = tuple(sorted(req.released_on + ready))
-        return set_d(s, r, held=held, released_on=freed), evs + (RankRelease(r, "decode", ready),)
-    s, ev2 = do_release(c, s, r, on_ack=True)
-    return s, evs + ev2
-
-
-def do_release(c: Ctx, s: State, r: int, on_ack: bool) -> Effect:
-    """``_do_release`` (dc 2390/2477/2791/2909/3018): the held pages and slot are
-    freed on every rank still holding, and ``clear_deferred_abort_state(room)``
-    pops the room's drain-ack tracker, whoever armed it."""
-    on_ack = on_ack and not s.d[r].deadline_passed
-    s = set_d(d_release(c, s, r), r, stage=DStage.GONE, held=(), released_on=(),
-              released_on_ack=on_ack, cache_handle=False, session_slot=False)
-    s = set_d_room(c, s, r, armed=(), acked=())
-    return s, (Release(r, "decode", "kv", True),)

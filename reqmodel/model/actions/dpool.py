@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Tuple
 
-from reqmodel.model.processes import retracted_queue
 from reqmodel.model.state import DStage, State
 
 
@@ -77,26 +76,8 @@ def retracted_reserve(s: State) -> int:
     20:1719, 21:1955, 22:2061, 23:2132) although a retracted request holds no
     pages (``d_resume`` takes them back).  Found by the ``decode_prealloc``
     seam: the model let a request in while a retracted one waited.  On the
-    scheduler loop the model follows, ``retracted_waiting`` keeps
-    ``pop_preallocated`` from running while any request is retracted, so
+    scheduler loop the model follows, its return (``processes.retracted_queue``)
+    keeps ``pop_preallocated`` from running while any request is retracted, so
     this is 0 whenever ``d_prealloc`` is enabled; it is the budget's reading
     of the code, which the pipeline-parallel loop (not modelled) reaches."""
     return sum(d.origin_pages for d in s.d if d.stage is DStage.RETRACTED)
-
-
-def retracted_waiting(s: State) -> bool:
-    """A request waits in decode's retracted queue: ``process_decode_queue``
-    runs ``resume_retracted_reqs`` and returns before ``pop_preallocated``
-    and ``pop_transferred`` while that queue is not empty ("if there are
-    still retracted requests, we do not allocate new requests", dc
-    19:2681-2683, 20:2769-2771, 21:3186-3188, 22:3329-3331, 23:3472-3474),
-    so no prealloc entry is preallocated or dropped and no transfer entry is
-    polled, committed or failed meanwhile.  ``retract_decode`` puts the
-    request there in the same call (``_add_request_to_queue(is_retracted=True)``),
-    so a request between ``d_retract`` and its ``d_door`` counts too.  The
-    pipeline-parallel loop gates only the prealloc queue
-    (``process_prealloc_queue``, pp 19:1499-1501, 20:1390-1392); the model
-    follows the default loop, without ``--pp-size``.  Found by reading the
-    wheels along a re-entry trace that needed a commit while a request was
-    retracted (notes/verdicts.md)."""
-    return retracted_queue(s)

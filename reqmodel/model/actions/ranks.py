@@ -17,7 +17,7 @@ from typing import Tuple
 from reqmodel.model.actions.core import action, Ctx, Effect, Needs, set_d
 from reqmodel.model.actions.decode import (_prealloc_need, _radix_hit_possible, _scanned,
                                            handshake_raises)
-from reqmodel.model.actions.dpool import retracted_reserve, retracted_waiting
+from reqmodel.model.actions.dpool import retracted_reserve
 from reqmodel.model.actions.kvmanager import all_ranks
 from reqmodel.model.events import RanksSplit
 from reqmodel.model.state import DStage, KVPoll, State
@@ -49,8 +49,7 @@ def _prealloc_splits(c, s, r):
     """As ``_can_prealloc``, but the ranks' own pools answer differently:
     some have the pages and a slot back from a hold their peers keep."""
     req = s.d[r]
-    if not (req.stage is DStage.PREALLOC and req.receiver_state is KVPoll.WaitingForInput
-            and not retracted_waiting(s)):
+    if not (req.stage is DStage.PREALLOC and req.receiver_state is KVPoll.WaitingForInput):
         return False
     hit = 1 if _radix_hit_possible(c, req) else 0
     took, kept = rank_split(c, s, _prealloc_need(c, req, hit), _prealloc_need(c, req, 0), True)

@@ -10,7 +10,7 @@ from typing import Tuple
 from reqmodel.model.events import AckDropped, RankRelease
 from reqmodel.model.actions.core import (action, CHANNEL_ARG, Ctx, Effect, Event, Needs, pranks,
                                          RANK_ARG, set_d, set_p)
-from reqmodel.model.actions.decode import do_release, resolve_held
+from reqmodel.model.actions.drelease import do_release, resolve_held
 from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, note_ack, notify_abort,
                                               receiver_fail, receiver_poll, record_failure,
                                               room_of)
