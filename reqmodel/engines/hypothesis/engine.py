@@ -142,6 +142,19 @@ class Stats:
     steps: int = 0
 
 
+def late_actions(props: Sequence[Property]) -> frozenset:
+    """The actions a run holds back until nothing else can move: a crash ends
+    a run, so unless one of ``props`` looks for a crash, a crash step waits
+    and the run goes on to what it looks for.  Besides the scenario and the
+    rules, the only thing of the properties a machine's draws depend on (its
+    checks draw nothing): machines whose properties agree on this draw the
+    same runs."""
+    if any(p.kind == Kind.ALWAYS and p.transition
+           and ev.Crash in getattr(p.transition, "events", ()) for p in props):
+        return frozenset()
+    return CRASH_ACTIONS
+
+
 def machine(release: Release, scenario, props: Sequence[Property],
             stats: Optional[Stats] = None) -> type:
     """``scenario`` is a Scenario, or a strategy of scenarios: then each run
@@ -152,10 +165,7 @@ def machine(release: Release, scenario, props: Sequence[Property],
     trans = [p for p in props if p.kind == Kind.ALWAYS and p.transition]
     states = [p for p in props if p.kind == Kind.ALWAYS and p.state]
     reach = [p for p in props if p.kind == Kind.SOMETIMES]
-    # a crash ends a run: unless a property looks for one, a crash step waits
-    # until nothing else can move, so the run goes on to what it looks for
-    late = frozenset() if any(ev.Crash in getattr(p.transition, "events", ()) for p in trans) \
-        else CRASH_ACTIONS
+    late = late_actions(props)
 
     def setup(self, sc: Scenario) -> None:
         self.scenario = sc
