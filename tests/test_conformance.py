@@ -5,7 +5,7 @@ conformance``. Needs the environment that ``reqmodel conform --setup`` builds
 One worker process per release runs the cases of every model release, so the
 same real observations serve the same-release check (zero mismatches) and
 the cross-release check (mismatches exactly where the releases' seam records
-differ).
+differ); an input that several model releases share is driven once.
 """
 import functools
 import json
