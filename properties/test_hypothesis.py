@@ -208,9 +208,7 @@ def test_a_machine_draws_the_same_runs_whatever_it_checks():
     ``hypo.late_actions`` draw the same examples, runs and steps (the misses
     are grouped by it too, though none of them watches for a crash)."""
     rel, sc = releases.get("0.5.19"), scenario.builtin("room-reuse")
-    short = hypo.profile_settings("ci")
-    from hypothesis import settings as hs
-    short = hs(short, max_examples=40)
+    short = hsettings(hypo.profile_settings("ci"), max_examples=40)
 
     def draws(names):
         stats = hypo.Stats()

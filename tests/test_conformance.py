@@ -55,18 +55,14 @@ def real(code_rel):
     scenario): each distinct (seam, inputs) is driven once, since a case
     builds its real objects afresh from its inputs
     (``test_a_case_driven_twice_is_observed_the_same``)."""
-    keys = {}
+    unique = {}
     for m in RELEASES:
         for c in model_cases(m):
-            keys.setdefault((c.seam, c.inputs), len(keys))
-    unique = [None] * len(keys)
-    for m in RELEASES:
-        for c in model_cases(m):
-            unique[keys[(c.seam, c.inputs)]] = c
-    answer = conform.drive(ROOT, code_rel, [c.to_worker() for c in unique])
-    seen = answer["observations"]
+            unique.setdefault((c.seam, c.inputs), c)
+    answer = conform.drive(ROOT, code_rel, [c.to_worker() for c in unique.values()])
+    seen = dict(zip(unique, answer["observations"]))
     return {m: {"features": answer["features"],
-                "observations": [seen[keys[(c.seam, c.inputs)]] for c in model_cases(m)]}
+                "observations": [seen[(c.seam, c.inputs)] for c in model_cases(m)]}
             for m in RELEASES}
 
 
@@ -125,7 +121,7 @@ def test_a_case_driven_twice_is_observed_the_same():
     seen = conform.drive(ROOT, "0.5.21", [c.to_worker() for c in both])["observations"]
     n = len(sample)
     assert len(per_seam) >= 11 and n > 150
-    assert [seen[i] for i in range(n)] == [seen[2 * n - 1 - i] for i in range(n)]
+    assert seen[:n] == seen[n:][::-1]
 
 
 def test_every_seam_is_driven():
