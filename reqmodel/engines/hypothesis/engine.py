@@ -167,9 +167,17 @@ def machine(release: Release, scenario, props: Sequence[Property],
     reach = [p for p in props if p.kind == Kind.SOMETIMES]
     late = late_actions(props)
 
+    # one context per scenario across the machine's runs and examples: its
+    # caches (the candidates, the guards' index by needs) then fill once,
+    # where a context per run rebuilt them every run (a fifth of a run on
+    # ``incident``)
+    @functools.lru_cache(maxsize=256)
+    def context(sc: Scenario) -> Ctx:
+        return Ctx(release=release, scenario=sc)
+
     def setup(self, sc: Scenario) -> None:
         self.scenario = sc
-        self.ctx = Ctx(release=release, scenario=sc)
+        self.ctx = context(sc)
         self.n = sc.n
         self.state = initial_state(sc)
         self.steps = []
@@ -218,25 +226,34 @@ def machine(release: Release, scenario, props: Sequence[Property],
         key = (id(self.state), len(self.steps))
         if self._enabled_for != key:
             ctx, t = self.ctx, len(self.steps)
-            full: Dict[str, List[int]] = {a.name: [] for a in ACTIONS}
+            # the actions that can fire, each with its requests; an action
+            # that cannot is left out (not given an empty list)
+            full: Dict[str, List[int]] = {}
             timers, state = self._timers, self.state
             # nothing moves after a crash (Action.enabled)
             # event flags checked, and the guards' needs (Ctx.indexed)
             for a, r in (() if state.halted() else ctx.indexed(state)):
                 if (a.event_flag is None or (a.name, r) in timers) and a.guard(ctx, state, r):
-                    full[a.name].append(r)
-            due = {k: [r for r in v if self._due(k, r)] for k, v in full.items()
-                   if k in EVENT_ACTIONS}
-            if any(due.values()):
+                    full.setdefault(a.name, []).append(r)
+            due = {}
+            for k, v in full.items():
+                if k in EVENT_ACTIONS:
+                    got = [r for r in v if self._due(k, r)]
+                    if got:
+                        due[k] = got
+            if due:
                 self._enabled = due
             else:
-                now = {k: [r for r in v if k not in EVENT_ACTIONS and k not in late
-                           and not self._held(k, r, t)]
-                       for k, v in full.items()}
-                if self._rank is not None and any(now.values()):
+                now = {}
+                for k, v in full.items():
+                    if k not in EVENT_ACTIONS and k not in late:
+                        got = [r for r in v if not self._held(k, r, t)]
+                        if got:
+                            now[k] = got
+                if self._rank is not None and now:
                     k, r = min(((k, r) for k, v in now.items() for r in v), key=self._rank.get)
                     now = {k: [r]}
-                self._enabled = now if any(now.values()) else full
+                self._enabled = now or full
             self._enabled_for = key
         return self._enabled
 
@@ -266,7 +283,7 @@ def machine(release: Release, scenario, props: Sequence[Property],
     ns["_due"] = _due
 
     def quiescent(self):
-        return self.state is not None and not any(self.enabled_map().values())
+        return self.state is not None and not self.enabled_map()
 
     def enabled_rules(self):
         """The names of the rules whose precondition holds, from one
@@ -274,7 +291,7 @@ def machine(release: Release, scenario, props: Sequence[Property],
         ``tests/test_hypo.py`` checks that they agree)."""
         if self.state is None or quiescent(self):
             return {"start"}
-        return {k for k, v in self.enabled_map().items() if v}
+        return set(self.enabled_map())
 
     ns["enabled_rules"] = enabled_rules
 
