@@ -330,10 +330,10 @@ def test_progress_is_shown_on_a_terminal_only(tmp_path):
     assert re.search(r"hypothesis: [\d,]+ examples; now incident on 0.5.21, \d+ open; \d+ s left",
                      err), err[-500:]
     code, err = _stderr_on_a_terminal(["check", "--engine", "z3", "--release", "0.5.21",
-                                       "--scenario", "incident", "--depth", "14", "--seconds",
+                                       "--scenario", "incident", "--depth", "6", "--seconds",
                                        "30", "--out", "o"], tmp_path)
     assert code == 0
-    assert re.search(r"z3: incident on 0.5.21, depth \d+ of 14, \d+ answered, \d+ open; \d+ s "
+    assert re.search(r"z3: incident on 0.5.21, depth \d+ of 6, \d+ answered, \d+ open; \d+ s "
                      r"left", err), err[-500:]
     piped = run("check", "--scenario", "inflight-reuse", "--release", "0.5.21", "--workers", "1",
                 "--out", "o", cwd=tmp_path)
