@@ -7,6 +7,7 @@ exhaustion: the dead-action check and the conformance cases need every
 reachable state and edge, and on the built-in scenarios no exploration stops
 early anyway (measured), so the verdicts are the same."""
 import functools
+import gc
 import os
 import pickle
 
@@ -63,7 +64,12 @@ def _shared(release_name: str, scenario_name: str, block: bool):
 @functools.lru_cache(maxsize=None)
 def exploration(release_name: str, scenario_name: str):
     if _SHARED is None:
-        return _explore(release_name, scenario_name)
+        ex = _explore(release_name, scenario_name)
+        # kept for the session: out of the collector's reach, so that every
+        # later full collection does not walk the kept states again (about a
+        # million records by the end of the explorations)
+        gc.freeze()
+        return ex
     if not getattr(exploration, "_prefetched", False):
         exploration._prefetched = True  # take a share of every built-in pair first
         for name in scenario.builtin_names():
