@@ -9,6 +9,7 @@ differ); an input that several model releases share is driven once.
 """
 import functools
 import json
+import pathlib
 
 import pytest
 
@@ -436,7 +437,18 @@ def corpus_on_own_release():
 # probe off (up to 0.5.22's default) the next chunk fails early
 BLACKLISTED = {(rel, f"counterexamples/{rel}/no-foreign-kv-read-{sc}.itf.json")
                for rel in ("0.5.19", "0.5.20", "0.5.21")
-               for sc in ("transfer-failure", "room-reuse-three")}
+               for sc in ("transfer-failure", "room-reuse-three", "prefill-tp-failure")}
+# the traces where 0.5.19's decode crashes one step before the model says:
+# the model takes a receiver's first handshake poll with its door (d_door),
+# the code takes it in the next pop_preallocated, after the release phase
+# of the same loop iteration popped the room's shared status entry (the
+# KeyError the model reports at the next poll; tools/trace_table.py)
+POLLED_AT_PREALLOC = {("0.5.19", f"counterexamples/0.5.19/{p}-prefill-tp.itf.json")
+                      for p in ("no-poll-of-popped-room", "no-scheduler-crash")}
+
+
+def _flat(x):
+    return [y for v in x for y in (v if isinstance(v, list) else [v])]
 
 
 def test_no_corpus_trace_departs_from_its_own_release_code():
@@ -448,13 +460,33 @@ def test_no_corpus_trace_departs_from_its_own_release_code():
     results = corpus_on_own_release()
     bad = {(r.release, r.trace) for r in results
            if r.divergence and r.divergence["why"] not in ("not-driven", "unread")}
-    assert bad == BLACKLISTED
+    assert bad == BLACKLISTED | POLLED_AT_PREALLOC
     for r in results:
+        d = r.divergence
         if (r.release, r.trace) in BLACKLISTED:
-            d = r.divergence
             assert (d["why"], d["action"]) == ("state", "xfer_dequeue")
-            assert d["differs"]["p_room"]["real"][d["rid"]] == "Failed"
-    assert sum(r.reproduced for r in results) >= 180
+            assert "Failed" in _flat([d["differs"]["p_room"]["real"][d["rid"]]])
+        if (r.release, r.trace) in POLLED_AT_PREALLOC:
+            assert (d["why"], d["action"], d["step"]) == ("error", "d_prealloc", r.steps - 1)
+            assert d["detail"].startswith("KeyError")
+            assert r.steps and "d_poll_popped_room" in pathlib.Path(r.trace).read_text()
+    assert sum(r.reproduced for r in results) >= 250
+
+
+def test_several_prefill_ranks_replay_on_the_real_code():
+    """Prefill TP 2 below one decode rank: each prefill rank its own pool,
+    KV manager, transfer worker and scheduler queues, their poll all-reduces
+    meeting as threads, decode's pages written head by head through the
+    real head-sliced transfer.  Every prefill-TP trace reproduces or departs
+    where the notes say, and the ranks' reports are read on decode's
+    tracker (commit-after-all-ranks)."""
+    results = [r for r in corpus_on_own_release() if "-prefill-tp" in r.trace]
+    assert len(results) >= 50
+    departed = {(r.release, r.trace) for r in results if not r.reproduced}
+    assert departed <= BLACKLISTED | POLLED_AT_PREALLOC
+    assert sum(r.reproduced for r in results) >= len(results) - 5
+    assert any(r.reproduced for r in results if "/commit-after-all-ranks-" in r.trace)
+    assert any(r.reproduced for r in results if "/drain-ack-reaches-every-rank-" in r.trace)
 
 
 def test_with_the_failed_session_probe_the_late_write_reproduces(monkeypatch):

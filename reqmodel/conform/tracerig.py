@@ -1,8 +1,9 @@
 """Replay a whole counterexample on one released wheel: one set of real
 objects that persist across the trace's steps (``reqmodel conform --trace``).
 
-Runs in the conformance worker beside ``adapter.py``.  One prefill rank and
-one decode rank, each with its real scheduler parts and Mooncake KV manager:
+Runs in the conformance worker beside ``adapter.py``.  One or more prefill
+TP ranks and one decode rank, each with its real scheduler parts and
+Mooncake KV manager (the parts of one rank: ``rigparts.py``):
 
 - prefill: ``PrefillBootstrapQueue`` (its door, ``create_sender`` making real
   ``MooncakeKVSender``s, ``pop_bootstrapped``), the prefill mixin on an empty
@@ -15,12 +16,19 @@ one decode rank, each with its real scheduler parts and Mooncake KV manager:
   (``pop_transferred``, the commit, deferred release), real
   ``MetadataBuffers`` and the manager's own ``decode_thread``.
 
-The KV pools are real tensors, one layer of K and V with one int64 per token:
-a prefill forward writes ``rid + 1`` into every token row it computes, and
-the transfer engine is replaced at its byte boundary by a ``memmove`` of the
-ranges Mooncake's real ``send_kvcache`` and ``send_aux`` compute
-(``batch_transfer_sync(session, src, dst, lengths)``).  So a decode page
-remembers which request wrote it last, because it holds that request's bytes.
+The KV pools are real tensors, one layer of K and V with one int64 per token
+and head: a prefill forward writes ``rid + 1`` into every token row it
+computes, and the transfer engine is replaced at its byte boundary by a
+``memmove`` of the ranges Mooncake's real ``send_kvcache`` (or, below several
+prefill TP ranks, ``send_kvcache_slice``: each prefill rank's heads) and
+``send_aux`` compute (``batch_transfer_sync(session, src, dst, lengths)``).
+So a decode page remembers which request wrote it last, head by head,
+because it holds that request's bytes.
+
+Several prefill TP ranks: each its own objects (``PrefillRank``), every
+request and abort on every rank, a scan with a poll all-reduce on every
+rank at once as threads meeting in ``rigparts.Collective``; a step the model
+names per rank on that rank's objects and frames.
 
 Sockets are in-process: what a receiver sends to the prefill bootstrap
 server (KV-args registration, metadata, ABORT) lands in prefill's inbox and
@@ -40,7 +48,6 @@ decode forward reads the pages) and the decode step's finish
 """
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import ctypes
 import threading
@@ -55,21 +62,8 @@ import adapter
 import kvadapter
 from adapter import dc, du, pf, sb, mu
 from kvadapter import mc
-
-PAGE = 16
-_ROOM0 = 1000
-_P_IP, _P_PORT = "10.1.0.1", 9000
-_D_IP, _D_PORT = "10.0.0.1", 17000
-_ADDR = f"{_P_IP}:{adapter.BOOTSTRAP_PORT}"
-_WAIT = 10.0
-
-
-class _Closed(BaseException):
-    """Ends the transfer worker thread when its replay is over."""
-
-
-class Diverged(Exception):
-    """The real code cannot take the step the trace takes."""
+from rigparts import (ADDR, D_IP, D_PORT, PAGE, ROOM0, Diverged, Engine, Gate, Pool, _Closed,
+                      _naive_extend, manager, p_ip, p_port, prefill_rank_of, run_ranks)
 
 
 def _kind(reason) -> Optional[str]:
@@ -84,347 +78,175 @@ def _status(reason) -> str:
     return "error" if isinstance(reason, sb.FINISH_ABORT) else "ok"
 
 
-# ------------------------------------------------------------- the KV pools
-
-class Pool:
-    """A real request pool, paged allocator and a one-layer K/V tensor pair
-    with one int64 per token row (the row's value: last writer rid + 1)."""
-
-    def __init__(self, pages: int, reqs: int, free_pages: Optional[List[int]] = None):
-        from sglang.srt.mem_cache.allocator.paged import PagedTokenToKVPoolAllocator
-        from sglang.srt.mem_cache.memory_pool import ReqToTokenPool
-        self.pages = pages
-        self.req_to_token_pool = ReqToTokenPool(size=reqs + 1, max_context_len=(pages + 1) * PAGE,
-                                                device="cpu", enable_memory_saver=False)
-        self.allocator = PagedTokenToKVPoolAllocator(size=pages * PAGE, page_size=PAGE,
-                                                     dtype=torch.float32, device="cpu",
-                                                     kvcache=None, need_sort=False)
-        if free_pages is not None:  # model page p is real page p + 1
-            self.allocator.free_pages = torch.tensor([p + 1 for p in free_pages],
-                                                     dtype=torch.int64)
-        self.k = torch.zeros((pages + 1) * PAGE, dtype=torch.int64)
-        self.v = torch.zeros((pages + 1) * PAGE, dtype=torch.int64)
-
-    def kv_args(self):
-        item = PAGE * self.k.element_size()  # bytes of one page of one layer
-        return dict(kv_data_ptrs=[self.k.data_ptr(), self.v.data_ptr()],
-                    kv_data_lens=[self.k.nbytes, self.v.nbytes], kv_item_lens=[item, item])
-
-    def pages_at(self, addrs) -> List[int]:
-        """The model pages of the K rows at these addresses (others: V rows,
-        metadata, ignored)."""
-        base, item = self.k.data_ptr(), PAGE * self.k.element_size()
-        return sorted({(a - base) // item - 1 for a in addrs
-                       if base + item <= a < base + self.k.nbytes})
-
-    def writer(self, model_page: int) -> Optional[int]:
-        v = int(self.k[(model_page + 1) * PAGE])
-        return None if v == 0 else v - 1
-
-    def model_pages(self, req) -> List[int]:
-        idx = req.kv.req_pool_idx if hasattr(req, "kv") else req.req_pool_idx
-        if idx is None:
-            return []
-        n = -(-len(req.origin_input_ids) // PAGE) * PAGE
-        rows = self.req_to_token_pool.req_to_token[idx, :n:PAGE]
-        return [int(t) // PAGE - 1 for t in rows if int(t) > 0]
+def _one(values: List[Any]) -> Any:
+    """The ranks' one value, or ``split:a|b`` where they differ (which no
+    model value equals: a divergence)."""
+    if all(v == values[0] for v in values[1:]):
+        return values[0]
+    return "split:" + "|".join(str(v) for v in values)
 
 
-def _naive_extend(allocator):
-    from sglang.srt.mem_cache.allocator import paged
-    if hasattr(allocator, "use_triton_kernels"):
-        return contextlib.nullcontext()
-    return mock.patch.object(paged, "alloc_extend_kernel", adapter._NaiveExtend())
+# ---------------------------------------------------------------- the ranks
 
+class PrefillRank:
+    """One prefill TP rank: its own pool (its heads), metadata buffers, KV
+    manager and transfer worker, its scheduler's queues, and its own ``Req``
+    of each request (every request and every abort reaches every TP rank:
+    the scheduler broadcasts what it receives, ``ingest_requests``)."""
 
-# --------------------------------------------------------- the transfer gate
-
-class Gate:
-    """The prefill transfer worker's queue and engine, as two gates the rig
-    opens: ``dequeue`` lets the worker take one chunk, ``write`` lets the
-    engine calls of that chunk through."""
-
-    def __init__(self):
-        self.cv = threading.Condition()
-        self.items: List[Any] = []
-        self.permits = 0
-        self.open = False
-        self.where = "start"  # "get" (waiting at the queue), "engine", "busy"
-        self.error: Optional[BaseException] = None
-        self.closed = False
-
-    # the queue side, called by the worker thread
-    def put(self, item):
-        with self.cv:
-            self.items.append(item)
-            self.cv.notify_all()
-
-    def get(self):
-        with self.cv:
-            self.where = "get"
-            self.cv.notify_all()
-            while not (self.permits and self.items) and not self.closed:
-                self.cv.wait()
-            if self.closed:
-                raise _Closed
-            self.permits -= 1
-            self.where = "busy"
-            return self.items.pop(0)
-
-    def empty(self):
-        with self.cv:
-            return not self.items
-
-    def qsize(self):
-        with self.cv:
-            return len(self.items)
-
-    # the engine side
-    def engine_call(self):
-        with self.cv:
-            self.where = "engine"
-            self.cv.notify_all()
-            while not self.open and not self.closed:
-                self.cv.wait()
-            if self.closed:
-                raise _Closed
-            self.where = "busy"
-
-    def close(self):
-        with self.cv:
-            self.closed = True
-            self.cv.notify_all()
-
-    def _wait_for(self, pred):
-        deadline = time.monotonic() + _WAIT
-        with self.cv:
-            while not pred():
-                left = deadline - time.monotonic()
-                if left <= 0 or self.error is not None:
-                    break
-                self.cv.wait(left)
-        if self.error is not None:
-            raise self.error
-        if not pred():
-            raise RuntimeError(f"the transfer worker did not come back (at {self.where})")
-
-    def dequeue(self):
-        with self.cv:
-            if not self.items:
-                raise Diverged("the transfer queue is empty")
-            self.permits += 1
-            self.open = False
-            self.cv.notify_all()
-        self._wait_for(lambda: self.permits == 0 and self.where in ("get", "engine"))
-
-    def at_engine(self) -> bool:
-        with self.cv:
-            return self.where == "engine"
-
-    def write(self):
-        with self.cv:
-            self.open = True
-            self.cv.notify_all()
-        self._wait_for(lambda: self.where == "get")
-        with self.cv:
-            self.open = False
-
-
-class Engine:
-    """Mooncake's transfer engine at its byte boundary: each block is a
-    ``memmove`` between the two processes' (here: one process's) buffers."""
-
-    def __init__(self, gate: Gate):
-        self.gate = gate
-        self.writes: List[tuple] = []
-        self.fail_next = False  # the next batch times out (returns -1) ...
-        self.stray: List[tuple] = []  # ... and its blocks land later
-
-    def get_session_id(self):
-        return f"{_P_IP}:{_P_PORT}"
-
-    def batch_transfer_sync(self, session_id, src, dst, lengths):
-        self.gate.engine_call()
-        if self.fail_next:
-            # the NIC read the source while the batch ran: the late landing
-            # writes those bytes, whatever prefill has put there since
-            self.fail_next = False
-            self.stray.extend((ctypes.string_at(int(s), int(n)), int(d))
-                              for s, d, n in zip(src, dst, lengths))
-            return -1
-        for s, d, n in zip(src, dst, lengths):
-            ctypes.memmove(int(d), int(s), int(n))
-            self.writes.append((int(s), int(d), int(n)))
-        return 0
-
-    def transfer_sync(self, session_id, src, dst, length):
-        return self.batch_transfer_sync(session_id, [src], [dst], [length])
-
-
-# ------------------------------------------------------------------ managers
-
-def _kv_args(pool: Pool, meta) -> types.SimpleNamespace:
-    aux_ptrs, aux_lens, aux_items = meta.get_buf_infos()[:3]
-    return types.SimpleNamespace(
-        **pool.kv_args(), aux_data_ptrs=aux_ptrs, aux_data_lens=aux_lens,
-        aux_item_lens=aux_items, state_data_ptrs=[], state_data_lens=[],
-        state_item_lens=[], state_type="none", state_types=[], state_layer_ids=[],
-        state_dim_per_tensor=[], kv_layer_ids=[0, 0], prefill_start_layer=0,
-        prefill_end_layer=None, mla_compression_ratios=None, engine_rank=0,
-        page_size=PAGE, kv_head_num=1, total_kv_head_num=1, ib_device=None,
-        gpu_id=0, decode_tp_size=1, prefill_pp_size=1, pp_rank=0, system_dp_rank=0,
-        kv_checksum_enabled=False)
-
-
-def _manager(rank_ip: str, rank_port: int, pool: Pool, meta, engine, deferred: bool,
-             mode):
-    mgr = kvadapter.manager(0, deferred)
-    mgr.local_ip, mgr.rank_port = rank_ip, rank_port
-    mgr.kv_args = _kv_args(pool, meta)
-    mgr.engine = engine
-    mgr.disaggregation_mode = mode
-    mgr.is_mla_backend = False
-    mgr.is_hybrid_mla_backend = False
-    mgr.enable_trace = False
-    mgr.enable_custom_mem_pool = False
-    mgr.custom_mem_pool_type = None
-    mgr.attn_tp_size, mgr.attn_dp_rank, mgr.attn_dp_size = 1, 0, 1
-    mgr.dp_size = 1
-    mgr.dcp_size, mgr.dcp_rank = 1, 0
-    mgr.is_dummy_cp_rank = False
-    mgr.enable_all_cp_ranks_for_transfer = False
-    mgr.bootstrap_port = adapter.BOOTSTRAP_PORT
-    mgr.session_lock = threading.Lock()
-    mgr.failed_sessions = set()
-    mgr.session_failures = __import__("collections").defaultdict(int)
-    mgr.decode_kv_args_table = {}
-    mgr.connection_pool = {}
-    mgr.connection_lock = threading.Lock()
-    mgr.prefill_info_table = {}
-    mgr.heartbeat_failures = {}
-    mgr.heartbeat_interval = 5.0
-    mgr.max_failures = 3
-    mgr.bootstrap_timeout = 300.0
-    mgr.waiting_timeout = 300.0
-    mgr.kv_checksum_enabled = False
-    # bookkeeping the constructors of later releases add, at their defaults
-    mgr.state_layout_rejections = {}
-    mgr.state_strides_validated = set()
-    mgr.failed_session_probes = {}
-    mgr._dcp_pack_max_tokens = None
-    mgr._dcp_pack_buffers = None
-    mgr.kv_item_lens_sum = sum(mgr.kv_args.kv_item_lens)
-    mgr.state_item_lens_sum = 0
-    mgr._kv_replica_factor = 1  # not MLA
-    for name, default in (("SGLANG_FAILED_SESSION_PROBE_INTERVAL_S", 30.0),
-                          ("SGLANG_FAILED_SESSION_IDLE_TIMEOUT_S", 600.0)):
-        flag = getattr(mc.envs, name, None)
-        value = default if flag is None else flag.get()
-        attr = ("failed_session_probe_interval" if "INTERVAL" in name
-                else "failed_session_idle_timeout")
-        setattr(mgr, attr, value)
-    if hasattr(mc.envs, "SGLANG_MOONCAKE_MAX_TRANSFER_BATCH_INDICES"):  # 0.5.20+
-        mgr.max_transfer_batch_indices = mc.envs.SGLANG_MOONCAKE_MAX_TRANSFER_BATCH_INDICES.get()
-    return mgr
-
-
-# ---------------------------------------------------------------- the rig
-
-class Rig:
-    """The persistent real objects of one trace replay."""
-
-    def __init__(self, cfg: Dict[str, Any]):
-        self.cfg = cfg
-        self.n = cfg["n"]
-        self.rooms = [_ROOM0 + k for k in cfg["room_of"]]
-        self.stack = contextlib.ExitStack()
-        self.p_req: List[Any] = [None] * self.n
-        self.d_req: List[Any] = [None] * self.n
-        # the status of each request's first final stream_output, per side
-        self.p_answer: List[Optional[int]] = [None] * self.n
-        self.d_answer: List[Optional[int]] = [None] * self.n
-        # whether each side's intake rejected the request (validate_input_length)
-        self.p_rejected = [False] * self.n
-        self.echoed = {"p": set(), "d": set()}
-        self.seen_p = [False] * self.n  # the request has been through the door
-        self.seen_d = [False] * self.n
-        self.crashed = {"p": [False] * self.n, "d": [False] * self.n}
-        self.abort_reached = {"p": set(), "d": set()}  # the client's abort reached it
-        self.last_commit: Optional[Dict[str, Any]] = None
-        # id(frame) -> (frame, the request whose step sent it); the frame is
-        # kept so that its id is not reused
-        self.sent_by: Dict[int, tuple] = {}  # requests answered by an abort echo
-        self.d_rejected = [False] * self.n
-        self.d_gone: set = set()
-        self.d_retracting: set = set()  # retracted, not yet back at decode's door
-        self.p_inbox: List[List[bytes]] = []
-        self.d_inbox: List[List[bytes]] = []
-        self._prefill(cfg)
-        self._decode(cfg)
-        self._worker()
-
-    # ---------------------------------------------------------------- setup
-    def _stream_spy(self, answers: List[Optional[int]], side: str):
-        def stream_output(reqs, *args, **kwargs):
-            for req in reqs:
-                r = self._rid_of(req, side)
-                if r is not None and req.finished() and answers[r] is None:
-                    answers[r] = _status(req.finished_reason)
-        return types.SimpleNamespace(stream_output=stream_output)
-
-    def _rid_of(self, req, side: str) -> Optional[int]:
-        reqs = self.p_req if side == "p" else self.d_req
-        return next((r for r, x in enumerate(reqs) if x is req), None)
-
-    def _prefill(self, cfg):
-        p = cfg["prefill"]
-        self.p_pool = Pool(p["pool_pages"], self.n)
+    def __init__(self, rig: "Rig", q: int, cfg: Dict[str, Any]):
+        p, n = cfg["prefill"], cfg["n"]
+        ranks = p.get("ranks", 1)
+        self.q = q
+        self.pool = Pool(p["pool_pages"], n)
         self.gate = Gate()
-        self.engine = Engine(self.gate)
-        self.p_meta = adapter.metadata_buffers(p["metadata_buffers"])
-        self.p_mgr = _manager(_P_IP, _P_PORT, self.p_pool, self.p_meta, self.engine,
-                              cfg["deferred"], du.DisaggregationMode.PREFILL)
-        self.p_mgr.transfer_queues = [self.gate]
+        self.engine = Engine(self.gate, q, rig.writes)
+        self.meta = adapter.metadata_buffers(p["metadata_buffers"])
+        self.mgr = manager(p_ip(q), p_port(q), self.pool, self.meta, self.engine,
+                           cfg["deferred"], du.DisaggregationMode.PREFILL,
+                           rank=q, tp_size=ranks, total_heads=ranks)
+        self.mgr.transfer_queues = [self.gate]
+        self.req: List[Any] = [None] * n
+        # the status of each request's first final stream_output
+        self.answer: List[Optional[int]] = [None] * n
+        # whether this rank's intake rejected the request (validate_input_length)
+        self.rejected = [False] * n
+        self.echoed: set = set()  # requests answered by an abort echo
+        self.seen = [False] * n  # the request has been through the door
+        self.inbox: List[List[bytes]] = []  # what reached its bootstrap server
         s = adapter.result_scheduler(p["metadata_buffers"])
-        s.output_streamer = self._stream_spy(self.p_answer, "p")
-        s.req_to_token_pool = self.p_pool.req_to_token_pool
-        s.token_to_kv_pool_allocator = self.p_pool.allocator
-        s.disagg_metadata_buffers = self.p_meta
+        s.output_streamer = rig._stream_spy(self.answer, self.req)
+        s.req_to_token_pool = self.pool.req_to_token_pool
+        s.token_to_kv_pool_allocator = self.pool.allocator
+        s.disagg_metadata_buffers = self.meta
         s.enable_staging = False
         s.kv_checksum_computer = None  # --disaggregation-enable-kv-checksum off
         s.send_kv_chunk = types.MethodType(pf.SchedulerDisaggregationPrefillMixin.send_kv_chunk, s)
         real = getattr(adapter.sch.Scheduler, "retire_unadmitted_request", None)
         if real is not None:  # the door calls it on its scheduler
             s.retire_unadmitted_request = types.MethodType(real, s)
-        q = s.disagg_prefill_bootstrap_queue
-        q.scheduler = s
-        q.kv_manager = self.p_mgr
-        q.transfer_backend = du.TransferBackend.MOONCAKE
-        q.max_total_num_tokens = p["pool_pages"] * PAGE  # the allocator's size
-        q.max_input_len = (p["intake_limit_pages"] - 1) * PAGE + 2
-        q.metadata_buffers = self.p_meta
-        q.token_to_kv_pool = types.SimpleNamespace(page_size=PAGE)
+        bq = s.disagg_prefill_bootstrap_queue
+        bq.scheduler = s
+        bq.kv_manager = self.mgr
+        bq.transfer_backend = du.TransferBackend.MOONCAKE
+        bq.max_total_num_tokens = p["pool_pages"] * PAGE  # the allocator's size
+        bq.max_input_len = (p["intake_limit_pages"] - 1) * PAGE + 2
+        bq.metadata_buffers = self.meta
+        bq.token_to_kv_pool = types.SimpleNamespace(page_size=PAGE)
         s.waiting_queue = []
         s.last_batch = types.SimpleNamespace(reqs=[])  # launched, result not processed
         s.running_batch = types.SimpleNamespace(reqs=[])
-        self._abort_side(s, du.DisaggregationMode.PREFILL, self.p_answer, "p")
-        self.p_sched = s
+        rig._abort_side(s, du.DisaggregationMode.PREFILL, self.answer, self.req, self.echoed)
+        self.sched = s
+        self.worker_thread: Optional[threading.Thread] = None
+
+    def start_worker(self):
+        executor = self.gate.executor()
+
+        def run():
+            try:
+                self.mgr.transfer_worker(self.gate, executor)
+            except _Closed:
+                pass
+            except BaseException as e:  # the worker's RuntimeError, reported at the step
+                with self.gate.cv:
+                    self.gate.error = e
+                    self.gate.cv.notify_all()
+        self.worker_thread = threading.Thread(target=run, daemon=True)
+        self.worker_thread.start()
+        self.gate._wait_for(lambda: self.gate.where == "get")
+
+    def stage(self, r: int) -> str:
+        req = self.req[r]
+        if req is None:
+            return "absent"
+        s = self.sched
+        if req in s.disagg_prefill_bootstrap_queue.queue:
+            return "bootstrap"
+        if req in s.waiting_queue:
+            return "waiting"
+        if req in s.last_batch.reqs:
+            return "forwarded"
+        if req in s.disagg_prefill_inflight_queue:
+            return "inflight"
+        return "gone" if self.seen[r] else "door"
+
+    def finished(self, r: int) -> Optional[str]:
+        """The request's finish: its ``finished_reason``, or an abort when
+        ``abort_request`` dropped it from a queue and echoed the abort."""
+        req = self.req[r]
+        if req is None:
+            return None
+        got = _kind(req.finished_reason)
+        return "abort" if got is None and r in self.echoed else got
+
+
+# ---------------------------------------------------------------- the rig
+
+class Rig:
+    """The persistent real objects of one trace replay: one decode rank and
+    one or more prefill TP ranks (``self.P``)."""
+
+    def __init__(self, cfg: Dict[str, Any]):
+        self.cfg = cfg
+        self.n = cfg["n"]
+        self.rooms = [ROOM0 + k for k in cfg["room_of"]]
+        self.stack = contextlib.ExitStack()
+        self.writes: List[tuple] = []  # every prefill rank's engine's blocks
+        self.d_req: List[Any] = [None] * self.n
+        self.d_answer: List[Optional[int]] = [None] * self.n
+        self.echoed_d: set = set()
+        self.seen_d = [False] * self.n
+        self.crashed = {"p": [False] * self.n, "d": [False] * self.n}
+        self.abort_reached = {"p": set(), "d": set()}  # the client's abort reached it
+        self.last_commit: Optional[Dict[str, Any]] = None
+        # id(frame) -> (frame, the request whose step sent it); the frame is
+        # kept so that its id is not reused
+        self.sent_by: Dict[int, tuple] = {}
+        # id(frame) -> the prefill rank whose manager sent it to decode
+        self.from_rank: Dict[int, int] = {}
+        # room -> (prefill rank, request whose step sent it) of each Success
+        # report decode's thread counted while the room's tracker was open
+        self.reports: Dict[int, List[tuple]] = {}
+        self.d_rejected = [False] * self.n
+        self.d_gone: set = set()
+        self.d_retracting: set = set()  # retracted, not yet back at decode's door
+        self.d_inbox: List[List[bytes]] = []
+        self.P = [PrefillRank(self, q, cfg) for q in range(cfg["prefill"].get("ranks", 1))]
+        self._decode(cfg)
+        for rank in self.P:
+            rank.start_worker()
+
+    # ---------------------------------------------------------------- setup
+    def _stream_spy(self, answers: List[Optional[int]], reqs: List[Any]):
+        def stream_output(out, *args, **kwargs):
+            for req in out:
+                r = _rid_in(reqs, req)
+                if r is not None and req.finished() and answers[r] is None:
+                    answers[r] = _status(req.finished_reason)
+        return types.SimpleNamespace(stream_output=stream_output)
 
     def _decode(self, cfg):
         d = cfg["decode"]
-        self.d_pool = Pool(d["pool_pages"], self.n)
+        ranks = len(self.P)
+        # one decode rank keeps every head; prefill rank q writes head q
+        # (send_kvcache_slice, taken when the attention TP sizes differ)
+        self.d_pool = Pool(d["pool_pages"], self.n, heads=ranks)
         self.d_meta = adapter.metadata_buffers(d["metadata_buffers"])
-        self.d_mgr = _manager(_D_IP, _D_PORT, self.d_pool, self.d_meta, self.engine,
-                              cfg["deferred"], du.DisaggregationMode.DECODE)
-        self.d_mgr.engine = types.SimpleNamespace(get_session_id=lambda: f"{_D_IP}:{_D_PORT}")
-        self.d_mgr.prefill_info_table[_ADDR] = types.SimpleNamespace(
-            target_tp_rank=0, target_tp_ranks=[0], target_cp_ranks=[0], target_pp_ranks=[0],
-            required_dst_info_num=1, required_prefill_response_num=1, attn_tp_size=1,
+        session = types.SimpleNamespace(get_session_id=lambda: f"{D_IP}:{D_PORT}")
+        self.d_mgr = manager(D_IP, D_PORT, self.d_pool, self.d_meta, session,
+                             cfg["deferred"], du.DisaggregationMode.DECODE, total_heads=ranks)
+        # what _resolve_rank_mapping computes for one decode rank below
+        # ``ranks`` prefill TP ranks, non-MLA (cc 21:1030-1052)
+        self.d_mgr.prefill_info_table[ADDR] = types.SimpleNamespace(
+            target_tp_rank=0, target_tp_ranks=list(range(ranks)), target_cp_ranks=[0],
+            target_pp_ranks=[0], required_dst_info_num=1,
+            required_prefill_response_num=ranks, attn_tp_size=ranks,
             attn_cp_size=1, dp_size=1, pp_size=1, is_dummy=False,
             # 0.5.22+ checks both roles run one policy; the default on both
             decode_allocation_policy=_default_allocation_policy())
         s = adapter.prealloc_scheduler()
-        s.output_streamer = self._stream_spy(self.d_answer, "d")
+        s.output_streamer = self._stream_spy(self.d_answer, self.d_req)
         s.metrics_reporter = types.SimpleNamespace(enable_metrics=False)
         s.batch_result_processor = mock.MagicMock()
         s.spec_algorithm = types.SimpleNamespace(is_none=lambda: True, is_eagle=lambda: False)
@@ -456,10 +278,11 @@ class Rig:
         s.disagg_decode_transfer_queue = tq
         s.chunked_req = None
         s.tree_cache = q.tree_cache
-        self._abort_side(s, du.DisaggregationMode.DECODE, self.d_answer, "d")
+        self._abort_side(s, du.DisaggregationMode.DECODE, self.d_answer, self.d_req,
+                         self.echoed_d)
         self.d_sched, self.d_queue, self.t_queue = s, q, tq
 
-    def _abort_side(self, s, mode, answers, side):
+    def _abort_side(self, s, mode, answers, reqs, echoed):
         """What the real ``abort_request`` reads on a scheduler: the echo to
         the tokenizer manager is a spy that records the answer."""
         rig = self
@@ -472,12 +295,12 @@ class Rig:
         s._pending_chunked_abort_req = None
 
         def send_output(out, req=None, *a, **k):
-            r = rig._rid_of(req, side) if req is not None else None
+            r = _rid_in(reqs, req) if req is not None else None
             if r is not None and answers[r] is None:
                 # an abort echo (method 1): the tokenizer manager finishes
                 # the request as an abort (tm 19:3203-3209)
                 answers[r] = "error"
-                rig.echoed[side].add(r)
+                echoed.add(r)
         s.ipc_channels = types.SimpleNamespace(
             send_to_tokenizer=types.SimpleNamespace(send_output=send_output))
         s.rust_server = None
@@ -488,42 +311,36 @@ class Rig:
             if hasattr(adapter.sch.Scheduler, name):
                 setattr(s, name, types.MethodType(getattr(adapter.sch.Scheduler, name), s))
 
-    def _worker(self):
-        executor = concurrent.futures.ThreadPoolExecutor(2)
-
-        def run():
-            try:
-                self.p_mgr.transfer_worker(self.gate, executor)
-            except _Closed:
-                pass
-            except BaseException as e:  # the worker's RuntimeError, reported at the step
-                with self.gate.cv:
-                    self.gate.error = e
-                    self.gate.cv.notify_all()
-        self.worker_thread = threading.Thread(target=run, daemon=True)
-        self.worker_thread.start()
-        self.gate._wait_for(lambda: self.gate.where == "get")
-
     # ------------------------------------------------------------ sockets
     def _patches(self):
         rig = self
 
         class Sock:
-            def send_multipart(self, frames, *a, **k):
-                rig.p_inbox.append(list(frames))
+            """The socket a receiver opens to one prefill rank's server."""
 
-        sock = Sock()
-        info = {"rank_ip": _P_IP, "rank_port": _P_PORT, "is_dummy": False}
+            def __init__(self, q: int):
+                self.q = q
+
+            def send_multipart(self, frames, *a, **k):
+                rig.P[self.q].inbox.append(list(frames))
+
+        socks = [Sock(q) for q in range(len(self.P))]
+        infos = [{"rank_ip": p_ip(q), "rank_port": p_port(q), "is_dummy": False}
+                 for q in range(len(self.P))]
         self.stack.enter_context(mock.patch.object(
             mc.MooncakeKVReceiver, "_connect_to_bootstrap_server",
-            lambda self, info: (sock, contextlib.nullcontext()), create=True))
+            lambda self, info: (socks[prefill_rank_of(info["rank_ip"])],
+                                contextlib.nullcontext()), create=True))
+        # (prefill_dp_rank, prefill_cp_rank, target_tp_rank, target_pp_rank)
+        # in every release (cc 19:1501-1503, 23:2695-2697)
         self.stack.enter_context(mock.patch.object(
-            mc.MooncakeKVReceiver,
-            "_get_bootstrap_info_from_server", lambda self, *a, **k: dict(info), create=True))
-        self.p_mgr._send_multipart_locked = (
-            lambda endpoint, frames, is_ipv6=False: self.d_inbox.append(list(frames)))
+            mc.MooncakeKVReceiver, "_get_bootstrap_info_from_server",
+            lambda self, dp, cp, tp, pp: dict(infos[tp]), create=True))
+        for rank in self.P:
+            rank.mgr._send_multipart_locked = self._to_decode_inbox(rank.q)
         self.d_mgr._send_multipart_locked = (
-            lambda endpoint, frames, is_ipv6=False: self.p_inbox.append(list(frames)))
+            lambda endpoint, frames, is_ipv6=False:
+            self.P[prefill_rank_of(endpoint)].inbox.append(list(frames)))
         if hasattr(mc.MooncakeKVSender, "supports_host_tensor_indices"):
             # 0.5.23 copies the page indices device-to-host into pinned memory
             # behind a CUDA event; on CPU the sender takes the release's own
@@ -531,7 +348,8 @@ class Rig:
             self.stack.enter_context(mock.patch.object(
                 mc.MooncakeKVSender, "supports_host_tensor_indices", False))
         self.stack.enter_context(_naive_extend(self.d_pool.allocator))
-        self.stack.enter_context(_naive_extend(self.p_pool.allocator))
+        for rank in self.P:
+            self.stack.enter_context(_naive_extend(rank.pool.allocator))
         self.stack.enter_context(mock.patch.object(pf, "release_kv_cache", self._p_release))
         self.stack.enter_context(mock.patch.object(dc, "release_kv_cache", self._d_release))
         self.stack.enter_context(mock.patch.object(adapter.sch, "release_kv_cache",
@@ -539,17 +357,33 @@ class Rig:
         if hasattr(pf, "maybe_cache_unfinished_req"):
             self.stack.enter_context(mock.patch.object(pf, "maybe_cache_unfinished_req",
                                                        lambda *a, **k: None))
-        self.p_sched.checkpoint_disagg_prefill = lambda *a, **k: None
-        self.p_sched.cache_unfinished_disagg_prefill = lambda *a, **k: None
+        for rank in self.P:
+            rank.sched.checkpoint_disagg_prefill = lambda *a, **k: None
+            rank.sched.cache_unfinished_disagg_prefill = lambda *a, **k: None
+
+    def _to_decode_inbox(self, q: int):
+        def send(endpoint, frames, is_ipv6=False):
+            frame = list(frames)
+            self.from_rank[id(frame)] = q
+            self.d_inbox.append(frame)
+        return send
+
+    def _rank_of_req(self, req) -> Optional[PrefillRank]:
+        return next((rank for rank in self.P if any(x is req for x in rank.req)), None)
 
     def _p_release(self, req, *args, **kwargs):
-        self._free(self.p_pool, req)
+        rank = self._rank_of_req(req)
+        if rank is not None:
+            self._free(rank.pool, req)
 
     def _d_release(self, req, *args, **kwargs):
         self._free(self.d_pool, req)
 
     def _either_release(self, req, *args, **kwargs):
-        self._free(self.d_pool if any(x is req for x in self.d_req) else self.p_pool, req)
+        if any(x is req for x in self.d_req):
+            self._free(self.d_pool, req)
+        else:
+            self._p_release(req)
 
     @staticmethod
     def _free(pool: Pool, req):
@@ -567,17 +401,18 @@ class Rig:
 
     # ---------------------------------------------------------------- steps
     def p_intake(self, r, params):
-        req = adapter.make_req(f"r{r}", self.cfg["tokens"][r], self.rooms[r], host=_P_IP)
         p = self.cfg["prefill"]
-        err = mu.validate_input_length(req, (p["intake_limit_pages"] - 1) * PAGE + 2,
-                                       p["auto_truncate"])
-        if err:
-            req.set_finish_with_abort(err)
-        self.p_req[r] = req
-        self.p_rejected[r] = bool(err)
+        for rank in self.P:
+            req = adapter.make_req(f"r{r}", self.cfg["tokens"][r], self.rooms[r], host=p_ip(0))
+            err = mu.validate_input_length(req, (p["intake_limit_pages"] - 1) * PAGE + 2,
+                                           p["auto_truncate"])
+            if err:
+                req.set_finish_with_abort(err)
+            rank.req[r] = req
+            rank.rejected[r] = bool(err)
 
     def d_intake(self, r, params):
-        req = adapter.make_req(f"r{r}", self.cfg["tokens"][r], self.rooms[r], host=_P_IP)
+        req = adapter.make_req(f"r{r}", self.cfg["tokens"][r], self.rooms[r], host=p_ip(0))
         d = self.cfg["decode"]
         err = mu.validate_input_length(req, (d["intake_limit_pages"] - 1) * PAGE + 2,
                                        d["auto_truncate"])
@@ -587,8 +422,9 @@ class Rig:
         self.d_rejected[r] = bool(err)
 
     def p_door(self, r, params):
-        self.p_sched.disagg_prefill_bootstrap_queue.add(self.p_req[r], 1)
-        self.seen_p[r] = True
+        for rank in self.P:
+            rank.sched.disagg_prefill_bootstrap_queue.add(rank.req[r], 1)
+            rank.seen[r] = True
 
     def d_door(self, r, params):
         retracted = r in self.d_retracting
@@ -624,10 +460,9 @@ class Rig:
         name = "restore_kv_cache" if hasattr(dc, "restore_kv_cache") else "retraction_restore"
 
         def restore(req, *args, **kwargs):
-            mark = self._rid_of(req, "d") + 1
+            mark = _rid_in(self.d_req, req) + 1
             for pg in self.d_pool.model_pages(req):
-                self.d_pool.k[(pg + 1) * PAGE:(pg + 2) * PAGE] = mark
-                self.d_pool.v[(pg + 1) * PAGE:(pg + 2) * PAGE] = mark
+                self.d_pool.fill(pg, mark)
         with mock.patch.object(dc, name, restore):
             resumed = self.d_queue.resume_retracted_reqs()
         self.d_sched.waiting_queue.extend(resumed)  # the event loop's glue
@@ -694,40 +529,54 @@ class Rig:
             raise Diverged(f"no {what}")
         return frame
 
-    def _to_prefill(self, frame):
-        """Prefill's bootstrap thread receives ``frame``, after the KV-args
-        registrations a receiver sent before anything else on its socket."""
-        regs = [f for f in self.p_inbox if f[0] == b"None"]
-        self.p_inbox = [f for f in self.p_inbox if f is not frame and f not in regs]
-        self._run_thread(self.p_mgr, "start_prefill_thread", regs + [frame])
+    def _to_prefill(self, q: int, frame):
+        """Prefill rank q's bootstrap thread receives ``frame``, after the
+        KV-args registrations a receiver sent before anything else on its
+        socket."""
+        rank = self.P[q]
+        regs = [f for f in rank.inbox if f[0] == b"None"]
+        rank.inbox = [f for f in rank.inbox if f is not frame and f not in regs]
+        self._run_thread(rank.mgr, "start_prefill_thread", regs + [frame])
 
     def _to_decode(self, frame):
         self.d_inbox.remove(frame)
         self._run_thread(self.d_mgr, "start_decode_thread", [frame])
 
     def p_recv_metadata(self, r, params):
+        q = params.get("prefill_rank", 0)
         room = str(self.rooms[r]).encode()
-        self._to_prefill(self._find(self.p_inbox, lambda f: f[0] == room,
-                                    "metadata of the room reached prefill"))
+        self._to_prefill(q, self._find(self.P[q].inbox, lambda f: f[0] == room,
+                                       "metadata of the room reached prefill"))
+
+    def _every_prank(self, scan):
+        """A scan of prefill's loop on every prefill TP rank at once, each a
+        thread whose poll all-reduces meet the other ranks' (``run_ranks``)."""
+        return run_ranks([lambda rank=rank: scan(rank) for rank in self.P])
 
     def p_pop_bootstrapped(self, r, params):
-        q = self.p_sched.disagg_prefill_bootstrap_queue
-        req = self.p_req[r]
-        full, mine = self._only(q, "queue", lambda e: e is req)
-        try:
-            got = q.pop_bootstrapped()
-        finally:
-            self._restore(q, "queue", full, mine)
-        self.p_sched.waiting_queue.extend(got)
+        def scan(rank):
+            q = rank.sched.disagg_prefill_bootstrap_queue
+            req = rank.req[r]
+            full, mine = self._only(q, "queue", lambda e: e is req)
+            try:
+                got = q.pop_bootstrapped()
+            finally:
+                self._restore(q, "queue", full, mine)
+            rank.sched.waiting_queue.extend(got)
+        self._every_prank(scan)
 
     def p_forward(self, r, params):
-        req = self.p_req[r]
-        if req not in self.p_sched.waiting_queue:
+        for rank in self.P:
+            self._forward(rank, r)
+
+    def _forward(self, rank: PrefillRank, r: int):
+        req = rank.req[r]
+        if req not in rank.sched.waiting_queue:
             raise Diverged("the request is not in prefill's waiting queue")
-        self.p_sched.waiting_queue.remove(req)
+        rank.sched.waiting_queue.remove(req)
         n = len(req.origin_input_ids)
         need = -(-n // PAGE) * PAGE
-        pool = self.p_pool
+        pool = rank.pool
         idx = pool.req_to_token_pool.alloc(1)[0] if _alloc_n(pool) else \
             pool.req_to_token_pool.alloc([req])[0]
         req.kv.req_pool_idx = idx
@@ -749,39 +598,59 @@ class Rig:
             req.kv.kv_allocated_len = need
         except AttributeError:
             pass
-        self.p_sched.last_batch.reqs.append(req)
+        rank.sched.last_batch.reqs.append(req)
 
     def p_result(self, r, params):
         from sglang.srt.managers.utils import GenerationBatchResult
-        req = self.p_req[r]
-        if req not in self.p_sched.last_batch.reqs:
-            raise Diverged("no forward of the request is due")
-        self.p_sched.last_batch.reqs.remove(req)
-        req.inflight_middle_chunks = 0
-        batch = mock.MagicMock()
-        batch.reqs, batch.spec_info, batch.return_logprob = [req], None, False
-        result = GenerationBatchResult(next_token_ids=torch.tensor([11]))
-        self.p_sched.process_batch_result_disagg_prefill(batch, result)
+        for rank in self.P:
+            req = rank.req[r]
+            if req not in rank.sched.last_batch.reqs:
+                raise Diverged("no forward of the request is due")
+            rank.sched.last_batch.reqs.remove(req)
+            req.inflight_middle_chunks = 0
+            batch = mock.MagicMock()
+            batch.reqs, batch.spec_info, batch.return_logprob = [req], None, False
+            result = GenerationBatchResult(next_token_ids=torch.tensor([11]))
+            rank.sched.process_batch_result_disagg_prefill(batch, result)
 
     def p_inflight(self, r, params):
-        s = self.p_sched
-        req = self.p_req[r]
-        full, mine = self._only(s, "disagg_prefill_inflight_queue", lambda e: e is req)
-        try:
-            s.process_disagg_prefill_inflight_queue()
-        finally:
-            self._restore(s, "disagg_prefill_inflight_queue", full, mine)
+        def scan(rank):
+            s = rank.sched
+            req = rank.req[r]
+            full, mine = self._only(s, "disagg_prefill_inflight_queue", lambda e: e is req)
+            try:
+                s.process_disagg_prefill_inflight_queue()
+            finally:
+                self._restore(s, "disagg_prefill_inflight_queue", full, mine)
+        self._every_prank(scan)
+
+    def _prank(self, params) -> PrefillRank:
+        return self.P[params.get("prefill_rank", 0)]
 
     def xfer_dequeue(self, r, params):
-        self.gate.dequeue()
+        self._prank(params).gate.dequeue()
 
     def xfer_write(self, r, params):
-        self.gate.write()
+        self._prank(params).gate.write()
 
     def d_recv_status(self, r, params):
+        q = params.get("prefill_rank", 0)
         room = str(self.rooms[r]).encode()
-        self._to_decode(self._find(self.d_inbox, lambda f: f and f[0] == room,
-                                   "status report of the room reached decode"))
+        frame = self._find(self.d_inbox, lambda f: f and f[0] == room
+                           and self.from_rank.get(id(f)) == q,
+                           "status report of the room reached decode")
+        self._count_report(frame)
+        self._to_decode(frame)
+
+    def _count_report(self, frame):
+        """Note whose Success report decode's thread is about to count."""
+        room, status, q = kvadapter._parse_status(self.d_mgr, frame)
+        room = int(room)
+        if not self.d_mgr.prefill_response_tracker.get(room):
+            self.reports[room] = []
+        if int(status) == int(kvadapter.KVPoll.Success):
+            self.reports.setdefault(room, []).append((self.from_rank.get(id(frame)),
+                                                      self._sender_of(frame)))
 
     def d_transferred(self, r, params):
         q = self.t_queue
@@ -792,14 +661,21 @@ class Rig:
         # slot, and whether each reserved page holds this request's bytes
         idx = mine[0].metadata_buffer_index
         slot_room = None if idx is None or idx < 0 else int(self.d_meta.bootstrap_room[idx, 0])
-        covered = all(self.d_pool.writer(pg) == r for pg in self.d_pool.model_pages(req))
+        covered = all(_slices(self.d_pool.writer(pg)) == [r] * len(self.P)
+                      for pg in self.d_pool.model_pages(req))
+        # the prefill ranks whose Success the room's tracker counts, and of
+        # those the ranks whose report came from this request's own transfer
+        room = self.rooms[r]
+        counted = set(self.d_mgr.prefill_response_tracker.get(room) or ())
+        own = {q for q, by in self.reports.get(room, []) if by == r and q in counted}
         try:
             done = q.pop_transferred()
         finally:
             self._restore(q, "queue", full, mine)
         self.d_sched.waiting_queue.extend(done)
         self.last_commit = {"rid": r, "committed": req in done,
-                            "room_ok": slot_room == self.rooms[r], "covered": covered}
+                            "room_ok": slot_room == self.rooms[r], "covered": covered,
+                            "own_reports": len(own), "ranks": len(self.P)}
 
     def d_attend(self, r, params):
         req = self.d_req[r]
@@ -824,8 +700,10 @@ class Rig:
         sched.abort_request(AbortReq(rid=f"r{r}"))
 
     def p_abort(self, r, params):
-        """The client's abort reaching prefill: the real ``abort_request``."""
-        self._abort(self.p_sched, r)
+        """The client's abort reaching prefill: the real ``abort_request``
+        on every prefill rank."""
+        for rank in self.P:
+            self._abort(rank.sched, r)
         self.abort_reached["p"].add(r)
 
     def d_abort(self, r, params):
@@ -834,16 +712,20 @@ class Rig:
         self.abort_reached["d"].add(r)
 
     def p_recv_abort(self, r, params):
+        q = params.get("prefill_rank", 0)
         room = str(self.rooms[r]).encode()
-        self._to_prefill(self._find(self.p_inbox, lambda f: f[0] == b"ABORT" and f[1] == room,
-                                    "ABORT of the room reached prefill"))
+        self._to_prefill(q, self._find(self.P[q].inbox,
+                                       lambda f: f[0] == b"ABORT" and f[1] == room,
+                                       "ABORT of the room reached prefill"))
 
     def d_recv_ack(self, r, params):
         """An ABORT_ACK reaches decode's thread; the scheduler's next
         iteration re-checks the held requests (``resolve_deferred_releases``)."""
+        q = params.get("prefill_rank", 0)
         room = str(self.rooms[r]).encode()
         self._to_decode(self._find(self.d_inbox,
-                                   lambda f: f[0] == b"ABORT_ACK" and f[1] == room,
+                                   lambda f: f[0] == b"ABORT_ACK" and f[1] == room
+                                   and self.from_rank.get(id(f)) == q,
                                    "ABORT_ACK of the room reached decode"))
         self.t_queue.resolve_deferred_releases()
 
@@ -875,8 +757,8 @@ class Rig:
                     "Unexpected poll case")
 
     def p_unexpected_poll(self, r, params):
-        req = self.p_req[r]
-        if req in self.p_sched.disagg_prefill_bootstrap_queue.queue:
+        rank = self.P[0]
+        if rank.req[r] in rank.sched.disagg_prefill_bootstrap_queue.queue:
             call = lambda: self.p_pop_bootstrapped(r, {})  # noqa: E731
         else:
             call = lambda: self.p_inflight(r, {})  # noqa: E731
@@ -900,8 +782,9 @@ class Rig:
         """``_poll_timeout_aborts`` hands this worker's own ``abort_request``
         an AbortReq with the timeout's message (sch 21:3379-3401)."""
         from sglang.srt.managers.io_struct import AbortReq
-        self.p_sched.abort_request(AbortReq(rid=f"r{r}",
-                                            abort_message="Request waiting timeout reached."))
+        for rank in self.P:
+            rank.sched.abort_request(AbortReq(rid=f"r{r}",
+                                              abort_message="Request waiting timeout reached."))
         self.abort_reached["p"].add(r)
 
     def xfer_fail(self, r, params):
@@ -914,40 +797,30 @@ class Rig:
         in 0.5.23) takes it off the list: where the probe runs, the rig
         lets its real pass succeed right after the failure (the timing the
         model assumes: decode's session recovers before the next chunk)."""
-        if self.gate.at_engine():
-            self.engine.fail_next = True
-            self.gate.write()
+        rank = self._prank(params)
+        if rank.gate.at_engine():
+            rank.engine.failing = True
+            try:
+                rank.gate.write()
+            finally:
+                rank.engine.failing = False
         else:
-            self.p_mgr.failed_sessions.add(f"{_D_IP}:{_D_PORT}")
-            self.gate.dequeue()
+            rank.mgr.failed_sessions.add(f"{D_IP}:{D_PORT}")
+            rank.gate.dequeue()
         if _probe_enabled():
-            self.engine.send_probe = lambda session_id: 0
-            self.p_mgr._run_one_probe_pass()
+            rank.engine.send_probe = lambda session_id: 0
+            rank.mgr._run_one_probe_pass()
 
     def xfer_stray_lands(self, r, params):
-        if not self.engine.stray:
+        engine = self._prank(params).engine
+        if not engine.stray:
             raise Diverged("no write of the request was given up")
-        for data, dst in self.engine.stray:
+        for data, dst in engine.stray:
             ctypes.memmove(dst, data, len(data))
-            self.engine.writes.append((0, dst, len(data)))
-        self.engine.stray = []
+            engine.writes.append((0, dst, len(data)))
+        engine.stray = []
 
     # ---------------------------------------------------------- observation
-    def _p_stage(self, r) -> str:
-        req = self.p_req[r]
-        if req is None:
-            return "absent"
-        s = self.p_sched
-        if req in s.disagg_prefill_bootstrap_queue.queue:
-            return "bootstrap"
-        if req in self.p_sched.waiting_queue:
-            return "waiting"
-        if req in self.p_sched.last_batch.reqs:
-            return "forwarded"
-        if req in s.disagg_prefill_inflight_queue:
-            return "inflight"
-        return "gone" if self.seen_p[r] else "door"
-
     def _d_stage(self, r) -> str:
         req = self.d_req[r]
         if req is None:
@@ -969,38 +842,44 @@ class Rig:
             return "door"
         return "gone" if self.seen_d[r] else "door"
 
+    def _p_inboxes(self) -> List[List[bytes]]:
+        return [f for rank in self.P for f in rank.inbox]
+
     def final(self, landed: List[int]) -> Dict[str, Any]:
-        """Facts the property readers need after the last step: what each
+        """Facts the property readers need after the last step: what any
         manager still keeps for each request's room, whether anything of
         the room is still on the wire, and the decode pages the last step's
         writes landed in."""
-        p, d = self.p_mgr, self.d_mgr
+        d = self.d_mgr
         left, wire = [], []
         for room in self.rooms:
-            left.append(bool(
+            left.append(any(
                 room in p.request_status or room in p.transfer_infos
                 or room in p.failure_records or room in p._deferred_ack_targets
                 or room in p._deferred_ack_poisoned_rooms or p._staging_outstanding.get(room)
-                or room in d.request_status or room in d._deferred_abort_ack_tracker
-                or d.prefill_response_tracker.get(room)))
+                for p in (rank.mgr for rank in self.P))
+                or bool(room in d.request_status or room in d._deferred_abort_ack_tracker
+                        or d.prefill_response_tracker.get(room)))
             name = str(room).encode()
             # an ABORT_ACK for a room decode tracks no hold for changes
             # nothing when it arrives (note_abort_ack, cc 19:391-396)
-            live = [f for f in self.p_inbox + self.d_inbox
+            live = [f for f in self._p_inboxes() + self.d_inbox
                     if not (f[0] == b"ABORT_ACK" and room not in d._deferred_abort_ack_tracker)]
             wire.append(any(name in f[:2] for f in live)
-                        or any(c.room == room for c in self.gate.items)
-                        or self.gate.at_engine() or bool(self.engine.stray))
+                        or any(any(c.room == room for c in rank.gate.items)
+                               or rank.gate.at_engine() or bool(rank.engine.stray)
+                               for rank in self.P))
         return {"room_left": left, "room_on_wire": wire, "landed": landed,
                 "held_without_ack": self._held_without_ack(),
                 "commit": self.last_commit,
                 "abort_reached": {k: sorted(v) for k, v in self.abort_reached.items()}}
 
     def _held_without_ack(self) -> List[bool]:
-        """Per request: decode holds it for a drain ack that prefill, which
-        has handled its ABORT and drained the room (not poisoned, nothing
-        outstanding), has not sent and decode has not counted."""
-        p, d = self.p_mgr, self.d_mgr
+        """Per request: decode holds it for a drain ack that some prefill
+        rank, which has handled its ABORT and drained the room (not
+        poisoned, nothing outstanding), has not sent and decode has not
+        counted."""
+        d = self.d_mgr
         out = []
         for r, room in enumerate(self.rooms):
             req = self.d_req[r]
@@ -1008,14 +887,25 @@ class Rig:
             tracker = d._deferred_abort_ack_tracker.get(room)
             acks = getattr(tracker, "prefill_ranks", tracker) or set()
             name = str(room).encode()
-            # an ABORT is this request's when its own step sent it (the
-            # frame names the room only)
-            pending = (any(f[0] == b"ABORT" and f[1] == name and self._sender_of(f) == r
-                           for f in self.p_inbox)
-                       or any(f[0] == b"ABORT_ACK" and f[1] == name for f in self.d_inbox))
-            out.append(bool(held and room not in p._deferred_ack_poisoned_rooms
-                            and not p._staging_outstanding.get(room) and 0 not in acks
-                            and not pending and not self.gate.at_engine()))
+            missing = False
+            for rank in self.P:
+                p = rank.mgr
+                # an ABORT is this request's when its own step sent it (the
+                # frame names the room only)
+                pending = (any(f[0] == b"ABORT" and f[1] == name and self._sender_of(f) == r
+                               for f in rank.inbox)
+                           or any(f[0] == b"ABORT_ACK" and f[1] == name
+                                  and self.from_rank.get(id(f)) == rank.q for f in self.d_inbox))
+                # drained: the code's own predicate, the chunks its worker
+                # counted at dequeue and has not finished (mc 19:1670-1676);
+                # a new user of the room pops the count from 0.5.22 (cc
+                # 22:570-574), and then a write still at the engine brings
+                # no ack
+                missing = missing or bool(
+                    room not in p._deferred_ack_poisoned_rooms
+                    and not p._staging_outstanding.get(room) and rank.q not in acks
+                    and not pending)
+            out.append(bool(held and missing))
         return out
 
     def _sender_of(self, frame) -> Optional[int]:
@@ -1050,47 +940,58 @@ class Rig:
             pass
 
     def _own_round(self):
-        for frame in [f for f in self.p_inbox if f[0] != b"None"]:
-            self._to_prefill(frame)
+        for rank in self.P:
+            for frame in [f for f in rank.inbox if f[0] != b"None"]:
+                self._to_prefill(rank.q, frame)
         for frame in list(self.d_inbox):
             self._to_decode(frame)
         self.t_queue.resolve_deferred_releases()
-        while not self.gate.empty():
-            self.gate.dequeue()
-            self.gate.write()
+        for rank in self.P:
+            while not rank.gate.empty():
+                rank.gate.dequeue()
+                rank.gate.write()
         for r in range(self.n):
-            step = _OWN_STEP["p"].get(self._p_stage(r))
+            step = _OWN_STEP["p"].get(_one([rank.stage(r) for rank in self.P]))
             if step:
                 self._try(step, r)
             step = _OWN_STEP["d"].get(self._d_stage(r))
             if step:
                 self._try(step, r)
 
-    def _finished(self, req, r, side) -> Optional[str]:
-        """The request's finish: its ``finished_reason``, or an abort when
-        ``abort_request`` dropped it from a queue and echoed the abort."""
+    def _d_finished(self, r) -> Optional[str]:
+        """As ``PrefillRank.finished``, on decode."""
+        req = self.d_req[r]
         if req is None:
             return None
         got = _kind(req.finished_reason)
-        return "abort" if got is None and r in self.echoed[side] else got
+        return "abort" if got is None and r in self.echoed_d else got
+
+    def _p_view(self, r: int) -> Dict[str, Any]:
+        """Request r on prefill, as one picture of its ranks: a field the
+        ranks disagree on reads ``split:...`` (the model keeps one value)."""
+        def each(get):
+            return _one([get(rank) for rank in self.P])
+        return {"stage": each(lambda k: k.stage(r)),
+                "to_finish": each(lambda k: None if k.req[r] is None else _kind(k.req[r].to_finish)),
+                "finished": each(lambda k: k.finished(r)),
+                "answer": each(lambda k: k.answer[r]), "rejected": each(lambda k: k.rejected[r]),
+                "crashed": self.crashed["p"][r]}
 
     def observe(self) -> Dict[str, Any]:
         out = {"p": [], "d": [], "p_room": [], "d_room": []}
         for r in range(self.n):
-            preq, dreq = self.p_req[r], self.d_req[r]
-            out["p"].append({"stage": self._p_stage(r),
-                             "to_finish": None if preq is None else _kind(preq.to_finish),
-                             "finished": self._finished(preq, r, "p"),
-                             "answer": self.p_answer[r], "rejected": self.p_rejected[r],
-                             "crashed": self.crashed["p"][r]})
+            dreq = self.d_req[r]
+            out["p"].append(self._p_view(r))
             dstage = self._d_stage(r)
             out["d"].append({"stage": dstage,
                              "to_finish": None if dreq is None else _kind(dreq.to_finish),
-                             "finished": self._finished(dreq, r, "d"),
+                             "finished": self._d_finished(r),
                              "pages": [] if dreq is None else self.d_pool.model_pages(dreq),
                              "answer": self.d_answer[r], "rejected": self.d_rejected[r],
                              "crashed": self.crashed["d"][r]})
-            out["p_room"].append(kvadapter.poll_name(self.p_mgr.request_status.get(self.rooms[r])))
+            rooms = [kvadapter.poll_name(rank.mgr.request_status.get(self.rooms[r]))
+                     for rank in self.P]
+            out["p_room"].append(rooms[0] if len(rooms) == 1 else rooms)
             out["d_room"].append(kvadapter.poll_name(self.d_mgr.request_status.get(self.rooms[r])))
         out["writers"] = [self.d_pool.writer(p) for p in range(self.d_pool.pages)]
         return out
@@ -1102,6 +1003,15 @@ _OWN_STEP = {"p": {"door": "p_door", "bootstrap": "p_pop_bootstrapped", "waiting
                    "forwarded": "p_result", "inflight": "p_inflight"},
              "d": {"door": "d_door", "prealloc": "d_prealloc", "transfer": "d_transferred",
                    "waiting": "d_attend", "running": "d_respond"}}
+
+
+def _rid_in(reqs: List[Any], req) -> Optional[int]:
+    return next((r for r, x in enumerate(reqs) if x is req), None)
+
+
+def _slices(writer) -> List[Optional[int]]:
+    """A decode page's writer per prefill rank's heads."""
+    return writer if isinstance(writer, list) else [writer]
 
 
 def _probe_enabled() -> bool:
@@ -1156,7 +1066,7 @@ def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
         rig._patches()
         for i, step in enumerate(trace["steps"], start=1):
             name, r = step["action"], step["rid"]
-            before = len(rig.engine.writes)
+            before = len(rig.writes)
             if name not in STEPS:
                 stop = {"step": i, "why": "not-driven", "detail": f"no real driver for {name}"}
                 break
@@ -1168,12 +1078,13 @@ def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
             except Exception as e:
                 stop = {"step": i, "why": "error", "detail": _error(e)}
                 break
-            for f in rig.p_inbox + rig.d_inbox:
+            for f in rig._p_inboxes() + rig.d_inbox:
                 rig.sent_by.setdefault(id(f), (f, r))
             observations.append(rig.observe())
-            landed = rig.d_pool.pages_at([d for _, d, _ in rig.engine.writes[before:]])
+            landed = rig.d_pool.pages_at([d for _, d, _ in rig.writes[before:]])
         final = rig.final(landed)
         if stop is None and trace.get("settle"):
             final["settled"] = rig.settle()
-    rig.gate.close()
+    for rank in rig.P:
+        rank.gate.close()
     return {"observations": observations, "stop": stop, "final": final}

@@ -47,6 +47,7 @@ def _answer(status: Optional[int]) -> Optional[str]:
 def project(state) -> Dict[str, Any]:
     """What the rig observes, as the model's state says it."""
     out: Dict[str, Any] = {"p": [], "d": [], "p_room": [], "d_room": []}
+    ranks = state.prefill_ranks
     for r, (p, d) in enumerate(zip(state.p, state.d)):
         out["p"].append({"stage": _P_STAGES[p.stage], "to_finish": _kind(p.to_finish),
                          "finished": _kind(p.finished_reason), "answer": _answer(p.answer),
@@ -55,17 +56,20 @@ def project(state) -> Dict[str, Any]:
                          "finished": _kind(d.finished_reason), "pages": list(d.pages),
                          "answer": _answer(d.answer), "rejected": d.rejected,
                          "crashed": d.crashed})
-        out["p_room"].append(_poll(state.rooms[state.room_index(r, 0)].status))
+        # with several prefill ranks: each rank's entry, and each rank's
+        # heads of every decode page
+        rooms = [_poll(state.rooms[state.room_index(r, q)].status) for q in range(ranks)]
+        out["p_room"].append(rooms[0] if ranks == 1 else rooms)
         out["d_room"].append(_poll(state.d_rooms[state.room_slot(r)].status))
-    out["writers"] = [pg.writer for pg in state.d_pages]
+    out["writers"] = [pg.writer if ranks == 1 else list(pg.writers) for pg in state.d_pages]
     return out
 
 
 def unsupported(loaded) -> Optional[str]:
     """Why the rig cannot stand for this trace's configuration, or None."""
     sc = loaded.scenario
-    if sc.decode.ranks != 1 or getattr(sc.prefill, "ranks", 1) != 1:
-        return "several prefill or decode ranks"
+    if sc.decode.ranks != 1:
+        return "several decode ranks"
     if sc.prefill.chunk_pages:
         return "chunked prefill"
     if sc.prefill.kv_checksum or sc.decode.kv_checksum:
@@ -95,7 +99,8 @@ def config(loaded, real: Release) -> Dict[str, Any]:
         "prefill": {"pool_pages": sc.prefill.pool_pages,
                     "intake_limit_pages": sc.prefill.intake_limit_pages,
                     "auto_truncate": sc.prefill.auto_truncate,
-                    "metadata_buffers": sc.prefill.metadata_buffers},
+                    "metadata_buffers": sc.prefill.metadata_buffers,
+                    "ranks": sc.prefill.ranks},
         "decode": {"pool_pages": sc.decode.pool_pages,
                    "intake_limit_pages": sc.decode.intake_limit_pages,
                    "auto_truncate": sc.decode.auto_truncate,
@@ -230,7 +235,12 @@ def _foreign_read(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]
     if last.action != "d_attend":
         return False
     pages = final["d"][last.rid]["pages"]
-    return any(final["writers"][p] not in (None, last.rid) for p in pages)
+    return any(w not in (None, last.rid) for p in pages for w in _slices(final["writers"][p]))
+
+
+def _slices(writer) -> list:
+    """A decode page's writers, one per prefill rank's heads."""
+    return writer if isinstance(writer, list) else [writer]
 
 
 def _rejected_succeeded(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
@@ -289,12 +299,17 @@ def _side(action: str) -> str:
 def _status_backwards(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
     """A prefill room's real status moved down the KVPoll order (not to
     Failed), or off Failed, in the last step."""
-    for old, new in zip(prev["p_room"], final["p_room"]):
+    for old, new in zip(_flat(prev["p_room"]), _flat(final["p_room"])):
         if old is None or new is None or old == new:
             continue
         if old == "Failed" or (_POLL_ORDER[new] < _POLL_ORDER[old] and new != "Failed"):
             return True
     return False
+
+
+def _flat(rooms: list) -> list:
+    """Per-rank entries (several prefill ranks) as one list."""
+    return [x for room in rooms for x in (room if isinstance(room, list) else [room])]
 
 
 def _aborted_preallocated(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
@@ -345,6 +360,17 @@ def _foreign_commit(steps, prev: dict, final: dict, facts: dict) -> Optional[boo
     if last.action != "d_transferred" or not got or got["rid"] != last.rid:
         return False
     return got["committed"] and not (got["room_ok"] and got["covered"])
+
+
+def _commit_before_all_ranks(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
+    """The last step committed the request while fewer prefill ranks than
+    there are had reported Success for its own transfer (read on decode's
+    response tracker just before ``pop_transferred``)."""
+    got = facts.get("commit")
+    last = steps[-1]
+    if last.action != "d_transferred" or not got or got["rid"] != last.rid:
+        return False
+    return got["committed"] and got["own_reports"] < got["ranks"]
 
 
 def _drain_ack_missing(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
@@ -398,6 +424,7 @@ READERS = {"no-foreign-kv-read": _foreign_read,
            "reject-acquires-nothing": _rejected_acquired,
            "client-abort-honoured": _abort_not_honoured,
            "metadata-integrity": _foreign_commit,
+           "commit-after-all-ranks": _commit_before_all_ranks,
            "drain-ack-reaches-every-rank": _drain_ack_missing,
            **{name: _hang(pending) for name, pending in SETTLED.items()}}
 
