@@ -29,7 +29,6 @@ from kvadapter import mc
 
 PAGE = 16
 ROOM0 = 1000
-D_IP, D_PORT = "10.0.0.1", 17000
 ADDR = f"10.1.0.1:{adapter.BOOTSTRAP_PORT}"  # the prefill bootstrap server
 _WAIT = 10.0
 MEET = 3.0  # seconds a rank waits at a collective for its peers
@@ -44,10 +43,23 @@ def p_port(q: int) -> int:
     return 9000 + q
 
 
-def prefill_rank_of(endpoint: str) -> int:
-    """``tcp://10.1.0.<q+1>:<port>`` -> prefill rank q."""
-    host = endpoint.split("//")[-1].rsplit(":", 1)[0]
+def d_ip(k: int) -> str:
+    """Decode rank k's address (``kvadapter``'s convention)."""
+    return f"10.0.0.{k + 1}"
+
+
+def d_port(k: int) -> int:
+    return 17000 + k
+
+
+def _rank_of(addr: str) -> int:
+    """``tcp://10.x.0.<n+1>:<port>`` or ``10.x.0.<n+1>`` -> rank n."""
+    host = addr.split("//")[-1]
+    host = host.rsplit(":", 1)[0] if ":" in host else host
     return int(host.rsplit(".", 1)[1]) - 1
+
+
+prefill_rank_of = decode_rank_of = _rank_of
 
 
 class _Closed(BaseException):
@@ -111,6 +123,13 @@ class Pool:
 
     def rows(self, model_page: int) -> slice:
         return slice((model_page + 1) * PAGE * self.heads, (model_page + 2) * PAGE * self.heads)
+
+    def write_tokens(self, locs, mark: int) -> None:
+        """Every head of the token rows ``locs`` holds ``mark`` (a forward)."""
+        rows = (locs.to(torch.int64).reshape(-1, 1) * self.heads
+                + torch.arange(self.heads, dtype=torch.int64)).reshape(-1)
+        self.k[rows] = mark
+        self.v[rows] = mark
 
     def fill(self, model_page: int, mark: int) -> None:
         """Every head of every token of the page holds ``mark``."""
@@ -392,16 +411,27 @@ class Collective:
         except threading.BrokenBarrierError:
             raise Unmet(f"the ranks did not all reach {where}") from None
 
-    def all_reduce_min(self, values: Sequence[int], group=None) -> List[int]:
+    def reduce(self, values: Sequence[int], op: Callable = min) -> List[int]:
         rank = threading.current_thread().rank  # type: ignore[attr-defined]
         self.values[rank] = list(values)
-        self._meet("a poll all-reduce")
+        self._meet("an all-reduce")
         sizes = {k: len(v) for k, v in sorted(self.values.items())}
         if len(set(sizes.values())) > 1:
             raise RuntimeError(f"all-reduce sizes differ across ranks: {sizes}")
-        out = [min(col) for col in zip(*(v for _, v in sorted(self.values.items())))]
-        self._meet("the end of a poll all-reduce")
+        out = [op(col) for col in zip(*(v for _, v in sorted(self.values.items())))]
+        self._meet("the end of an all-reduce")
         return out
+
+    def polls(self, polls: Sequence[int], group=None) -> List[int]:
+        """``_all_reduce_polls``: MIN over the ranks (u 21:191-197)."""
+        return self.reduce(polls)
+
+    def flags(self, flags: Sequence[int], group=None, op=None) -> List[int]:
+        """0.5.23's ``all_reduce_flags``: an empty list returns before the
+        collective (u 23:292), MIN or MAX as the caller asks."""
+        if not flags:
+            return list(flags)
+        return self.reduce(flags, max if op == torch.distributed.ReduceOp.MAX else min)
 
 
 class Unmet(RuntimeError):
@@ -426,7 +456,11 @@ def run_ranks(calls: Sequence[Callable[[], Any]]) -> List[Any]:
             errors[k] = e
             coll.barrier.abort()
     threads = []
-    with mock.patch.object(du, "_all_reduce_polls", coll.all_reduce_min):
+    flags = [mock.patch.object(m, "all_reduce_flags", coll.flags)
+             for m in (du, adapter.dc) if hasattr(m, "all_reduce_flags")]
+    with mock.patch.object(du, "_all_reduce_polls", coll.polls), contextlib.ExitStack() as st:
+        for patch in flags:
+            st.enter_context(patch)
         for k in range(len(calls)):
             t = threading.Thread(target=run, args=(k,), daemon=True)
             t.rank = k  # type: ignore[attr-defined]

@@ -2,8 +2,9 @@
 objects that persist across the trace's steps (``reqmodel conform --trace``).
 
 Runs in the conformance worker beside ``adapter.py``.  One or more prefill
-TP ranks and one decode rank, each with its real scheduler parts and
-Mooncake KV manager (the parts of one rank: ``rigparts.py``):
+TP ranks and one or more decode TP ranks (not both above one), each with its
+real scheduler parts and Mooncake KV manager (the parts of one rank:
+``rigparts.py``):
 
 - prefill: ``PrefillBootstrapQueue`` (its door, ``create_sender`` making real
   ``MooncakeKVSender``s, ``pop_bootstrapped``), the prefill mixin on an empty
@@ -25,10 +26,12 @@ prefill TP ranks, ``send_kvcache_slice``: each prefill rank's heads) and
 So a decode page remembers which request wrote it last, head by head,
 because it holds that request's bytes.
 
-Several prefill TP ranks: each its own objects (``PrefillRank``), every
-request and abort on every rank, a scan with a poll all-reduce on every
-rank at once as threads meeting in ``rigparts.Collective``; a step the model
-names per rank on that rank's objects and frames.
+Several TP ranks of a role: each its own objects (``PrefillRank``,
+``DecodeRank``), every request and abort on every rank, a scan with an
+all-reduce on every rank at once as threads meeting in
+``rigparts.Collective``; a step the model names per rank on that rank's
+objects and frames; decode observed as the model's one picture of its ranks
+plus each rank's stage.
 
 Sockets are in-process: what a receiver sends to the prefill bootstrap
 server (KV-args registration, metadata, ABORT) lands in prefill's inbox and
@@ -62,8 +65,9 @@ import adapter
 import kvadapter
 from adapter import dc, du, pf, sb, mu
 from kvadapter import mc
-from rigparts import (ADDR, D_IP, D_PORT, PAGE, ROOM0, Diverged, Engine, Gate, Pool, _Closed,
-                      _naive_extend, manager, p_ip, p_port, prefill_rank_of, run_ranks)
+from rigparts import (ADDR, PAGE, ROOM0, Diverged, Engine, Gate, Pool, _Closed, _naive_extend,
+                      d_ip, d_port, decode_rank_of, manager, p_ip, p_port, prefill_rank_of,
+                      run_ranks)
 
 
 def _kind(reason) -> Optional[str]:
@@ -96,15 +100,17 @@ class PrefillRank:
 
     def __init__(self, rig: "Rig", q: int, cfg: Dict[str, Any]):
         p, n = cfg["prefill"], cfg["n"]
-        ranks = p.get("ranks", 1)
+        ranks, dranks = p.get("ranks", 1), cfg["decode"].get("ranks", 1)
         self.q = q
-        self.pool = Pool(p["pool_pages"], n)
+        # below several decode ranks prefill keeps every head, each decode
+        # rank taking its own (send_kvcache_slice)
+        self.pool = Pool(p["pool_pages"], n, heads=dranks)
         self.gate = Gate()
         self.engine = Engine(self.gate, q, rig.writes)
         self.meta = adapter.metadata_buffers(p["metadata_buffers"])
         self.mgr = manager(p_ip(q), p_port(q), self.pool, self.meta, self.engine,
                            cfg["deferred"], du.DisaggregationMode.PREFILL,
-                           rank=q, tp_size=ranks, total_heads=ranks)
+                           rank=q, tp_size=ranks, total_heads=max(ranks, dranks))
         self.mgr.transfer_queues = [self.gate]
         self.req: List[Any] = [None] * n
         # the status of each request's first final stream_output
@@ -181,72 +187,45 @@ class PrefillRank:
         return "abort" if got is None and r in self.echoed else got
 
 
-# ---------------------------------------------------------------- the rig
+class DecodeRank:
+    """One decode TP rank: its own pool (its heads), metadata buffers, KV
+    manager, prealloc and transfer queues, and its own ``Req`` of each
+    request (every request and abort reaches every TP rank)."""
 
-class Rig:
-    """The persistent real objects of one trace replay: one decode rank and
-    one or more prefill TP ranks (``self.P``)."""
-
-    def __init__(self, cfg: Dict[str, Any]):
-        self.cfg = cfg
-        self.n = cfg["n"]
-        self.rooms = [ROOM0 + k for k in cfg["room_of"]]
-        self.stack = contextlib.ExitStack()
-        self.writes: List[tuple] = []  # every prefill rank's engine's blocks
-        self.d_req: List[Any] = [None] * self.n
-        self.d_answer: List[Optional[int]] = [None] * self.n
-        self.echoed_d: set = set()
-        self.seen_d = [False] * self.n
-        self.crashed = {"p": [False] * self.n, "d": [False] * self.n}
-        self.abort_reached = {"p": set(), "d": set()}  # the client's abort reached it
-        self.last_commit: Optional[Dict[str, Any]] = None
-        # id(frame) -> (frame, the request whose step sent it); the frame is
-        # kept so that its id is not reused
-        self.sent_by: Dict[int, tuple] = {}
-        # id(frame) -> the prefill rank whose manager sent it to decode
-        self.from_rank: Dict[int, int] = {}
-        # room -> (prefill rank, request whose step sent it) of each Success
-        # report decode's thread counted while the room's tracker was open
-        self.reports: Dict[int, List[tuple]] = {}
-        self.d_rejected = [False] * self.n
-        self.d_gone: set = set()
-        self.d_retracting: set = set()  # retracted, not yet back at decode's door
-        self.d_inbox: List[List[bytes]] = []
-        self.P = [PrefillRank(self, q, cfg) for q in range(cfg["prefill"].get("ranks", 1))]
-        self._decode(cfg)
-        for rank in self.P:
-            rank.start_worker()
-
-    # ---------------------------------------------------------------- setup
-    def _stream_spy(self, answers: List[Optional[int]], reqs: List[Any]):
-        def stream_output(out, *args, **kwargs):
-            for req in out:
-                r = _rid_in(reqs, req)
-                if r is not None and req.finished() and answers[r] is None:
-                    answers[r] = _status(req.finished_reason)
-        return types.SimpleNamespace(stream_output=stream_output)
-
-    def _decode(self, cfg):
-        d = cfg["decode"]
-        ranks = len(self.P)
-        # one decode rank keeps every head; prefill rank q writes head q
-        # (send_kvcache_slice, taken when the attention TP sizes differ)
-        self.d_pool = Pool(d["pool_pages"], self.n, heads=ranks)
-        self.d_meta = adapter.metadata_buffers(d["metadata_buffers"])
-        session = types.SimpleNamespace(get_session_id=lambda: f"{D_IP}:{D_PORT}")
-        self.d_mgr = manager(D_IP, D_PORT, self.d_pool, self.d_meta, session,
-                             cfg["deferred"], du.DisaggregationMode.DECODE, total_heads=ranks)
-        # what _resolve_rank_mapping computes for one decode rank below
-        # ``ranks`` prefill TP ranks, non-MLA (cc 21:1030-1052)
-        self.d_mgr.prefill_info_table[ADDR] = types.SimpleNamespace(
-            target_tp_rank=0, target_tp_ranks=list(range(ranks)), target_cp_ranks=[0],
-            target_pp_ranks=[0], required_dst_info_num=1,
-            required_prefill_response_num=ranks, attn_tp_size=ranks,
+    def __init__(self, rig: "Rig", k: int, cfg: Dict[str, Any]):
+        d, n = cfg["decode"], cfg["n"]
+        dranks, pranks = d.get("ranks", 1), cfg["prefill"].get("ranks", 1)
+        self.k = k
+        # one decode rank below several prefill ranks keeps every head (each
+        # prefill rank writes its own); several decode ranks below one
+        # prefill rank keep one head each (send_kvcache_slice either way:
+        # the attention TP sizes differ)
+        self.pool = Pool(d["pool_pages"], n, heads=pranks)
+        self.meta = adapter.metadata_buffers(d["metadata_buffers"])
+        session = types.SimpleNamespace(get_session_id=lambda: f"{d_ip(k)}:{d_port(k)}")
+        self.mgr = manager(d_ip(k), d_port(k), self.pool, self.meta, session, cfg["deferred"],
+                           du.DisaggregationMode.DECODE, rank=k, tp_size=dranks,
+                           total_heads=max(pranks, dranks))
+        # what _resolve_rank_mapping computes, non-MLA (cc 21:1013-1052): one
+        # decode rank below ``pranks`` prefill ranks hears from all of them;
+        # ``dranks`` decode ranks below one prefill rank each take its slice
+        self.mgr.prefill_info_table[ADDR] = types.SimpleNamespace(
+            target_tp_rank=0, target_tp_ranks=list(range(pranks)), target_cp_ranks=[0],
+            target_pp_ranks=[0], required_dst_info_num=dranks,
+            required_prefill_response_num=pranks, attn_tp_size=pranks,
             attn_cp_size=1, dp_size=1, pp_size=1, is_dummy=False,
             # 0.5.22+ checks both roles run one policy; the default on both
             decode_allocation_policy=_default_allocation_policy())
+        self.req: List[Any] = [None] * n
+        self.answer: List[Optional[int]] = [None] * n
+        self.rejected = [False] * n
+        self.echoed: set = set()
+        self.seen = [False] * n
+        self.gone: set = set()
+        self.retracting: set = set()  # retracted, not yet back at decode's door
+        self.inbox: List[List[bytes]] = []  # what prefill's managers sent it
         s = adapter.prealloc_scheduler()
-        s.output_streamer = self._stream_spy(self.d_answer, self.d_req)
+        s.output_streamer = rig._stream_spy(self.answer, self.req)
         s.metrics_reporter = types.SimpleNamespace(enable_metrics=False)
         s.batch_result_processor = mock.MagicMock()
         s.spec_algorithm = types.SimpleNamespace(is_none=lambda: True, is_eagle=lambda: False)
@@ -255,16 +234,16 @@ class Rig:
         # (dc 23:1082-1087): a GPU stream order, and the rig runs no forward
         s.enable_overlap = False
         tq = adapter.transfer_queue(s, d["metadata_buffers"], cfg["deferred"])
-        tq.metadata_buffers = self.d_meta
+        tq.metadata_buffers = self.meta
         tq._skipped_checksum_signatures = set()
         q = adapter.decode_queue(s, d["metadata_buffers"])
         del q._check_if_req_exceed_kv_capacity  # the real check, on the real allocator
         q.transfer_backend = du.TransferBackend.MOONCAKE
-        q.kv_manager = self.d_mgr
-        q.req_to_token_pool = self.d_pool.req_to_token_pool
-        q.token_to_kv_pool_allocator = self.d_pool.allocator
+        q.kv_manager = self.mgr
+        q.req_to_token_pool = self.pool.req_to_token_pool
+        q.token_to_kv_pool_allocator = self.pool.allocator
         q.req_to_metadata_buffer_idx_allocator = tq.req_to_metadata_buffer_idx_allocator
-        q.metadata_buffers = self.d_meta
+        q.metadata_buffers = self.meta
         q.max_total_num_tokens = d["pool_pages"] * PAGE
         q.num_reserved_decode_tokens = 0
         q._prefill_dp_rank_queries = {}
@@ -278,9 +257,87 @@ class Rig:
         s.disagg_decode_transfer_queue = tq
         s.chunked_req = None
         s.tree_cache = q.tree_cache
-        self._abort_side(s, du.DisaggregationMode.DECODE, self.d_answer, self.d_req,
-                         self.echoed_d)
-        self.d_sched, self.d_queue, self.t_queue = s, q, tq
+        rig._abort_side(s, du.DisaggregationMode.DECODE, self.answer, self.req, self.echoed)
+        self.sched, self.queue, self.tq = s, q, tq
+
+    def stage(self, r: int) -> str:
+        req = self.req[r]
+        if req is None:
+            return "absent"
+        q, tq = self.queue, self.tq
+        if any(e.req is req for e in q.queue) or any(e.req is req for e in q.pending_reqs):
+            return "prealloc"
+        if req in q.retracted_queue:
+            return "retracted"
+        if any(e.req is req for e in tq.queue):
+            return "transfer"
+        if self.holds(r):
+            return "held"
+        if req in self.sched.waiting_queue:
+            return "waiting"
+        if req in self.sched.running_batch.reqs:
+            return "running"
+        if r in self.retracting:
+            return "door"
+        return "gone" if self.seen[r] else "door"
+
+    def holds(self, r: int) -> bool:
+        req = self.req[r]
+        return req is not None and any(e[0].req is req
+                                       for e in getattr(self.tq, "_deferred_releases", []))
+
+    def finished(self, r: int) -> Optional[str]:
+        req = self.req[r]
+        if req is None:
+            return None
+        got = _kind(req.finished_reason)
+        return "abort" if got is None and r in self.echoed else got
+
+    def entry(self, r: int):
+        """Request r's entry in this rank's transfer queue."""
+        return next((e for e in self.tq.queue if e.req is self.req[r]), None)
+
+
+# ---------------------------------------------------------------- the rig
+
+class Rig:
+    """The persistent real objects of one trace replay: one or more prefill
+    TP ranks (``self.P``) and decode TP ranks (``self.D``), not both above
+    one (as the scenario format)."""
+
+    def __init__(self, cfg: Dict[str, Any]):
+        self.cfg = cfg
+        self.n = cfg["n"]
+        self.rooms = [ROOM0 + k for k in cfg["room_of"]]
+        self.stack = contextlib.ExitStack()
+        self.writes: List[tuple] = []  # every prefill rank's engine's blocks
+        self.crashed = {"p": [False] * self.n, "d": [False] * self.n}
+        self.abort_reached = {"p": set(), "d": set()}  # the client's abort reached it
+        self.last_commit: Optional[Dict[str, Any]] = None
+        # id(frame) -> (frame, the request whose step sent it); the frame is
+        # kept so that its id is not reused
+        self.sent_by: Dict[int, tuple] = {}
+        # id(frame) -> the prefill rank whose manager sent it to decode, and
+        # the decode rank whose receiver or manager sent it to prefill
+        self.from_rank: Dict[int, int] = {}
+        self.from_drank: Dict[int, int] = {}
+        # (decode rank, room) -> (prefill rank, request whose step sent it)
+        # of each Success report the rank's thread counted while the room's
+        # tracker was open
+        self.reports: Dict[tuple, List[tuple]] = {}
+        self.P = [PrefillRank(self, q, cfg) for q in range(cfg["prefill"].get("ranks", 1))]
+        self.D = [DecodeRank(self, k, cfg) for k in range(cfg["decode"].get("ranks", 1))]
+        for rank in self.P:
+            rank.start_worker()
+
+    # ---------------------------------------------------------------- setup
+    def _stream_spy(self, answers: List[Optional[int]], reqs: List[Any]):
+        def stream_output(out, *args, **kwargs):
+            for req in out:
+                r = _rid_in(reqs, req)
+                if r is not None and req.finished() and answers[r] is None:
+                    answers[r] = _status(req.finished_reason)
+        return types.SimpleNamespace(stream_output=stream_output)
 
     def _abort_side(self, s, mode, answers, reqs, echoed):
         """What the real ``abort_request`` reads on a scheduler: the echo to
@@ -318,18 +375,20 @@ class Rig:
         class Sock:
             """The socket a receiver opens to one prefill rank's server."""
 
-            def __init__(self, q: int):
-                self.q = q
+            def __init__(self, q: int, k: int):
+                self.q, self.k = q, k
 
-            def send_multipart(self, frames, *a, **k):
-                rig.P[self.q].inbox.append(list(frames))
+            def send_multipart(self, frames, *a, **kw):
+                rig._to_prefill_inbox(self.k)(f"tcp://{p_ip(self.q)}:0", frames)
 
-        socks = [Sock(q) for q in range(len(self.P))]
+        socks = {(k, q): Sock(q, k) for q in range(len(self.P)) for k in range(len(self.D))}
         infos = [{"rank_ip": p_ip(q), "rank_port": p_port(q), "is_dummy": False}
                  for q in range(len(self.P))]
+        # a receiver's socket to one prefill rank's server, per decode rank
         self.stack.enter_context(mock.patch.object(
             mc.MooncakeKVReceiver, "_connect_to_bootstrap_server",
-            lambda self, info: (socks[prefill_rank_of(info["rank_ip"])],
+            lambda self, info: (socks[(decode_rank_of(self.kv_mgr.local_ip),
+                                       prefill_rank_of(info["rank_ip"]))],
                                 contextlib.nullcontext()), create=True))
         # (prefill_dp_rank, prefill_cp_rank, target_tp_rank, target_pp_rank)
         # in every release (cc 19:1501-1503, 23:2695-2697)
@@ -338,17 +397,15 @@ class Rig:
             lambda self, dp, cp, tp, pp: dict(infos[tp]), create=True))
         for rank in self.P:
             rank.mgr._send_multipart_locked = self._to_decode_inbox(rank.q)
-        self.d_mgr._send_multipart_locked = (
-            lambda endpoint, frames, is_ipv6=False:
-            self.P[prefill_rank_of(endpoint)].inbox.append(list(frames)))
+        for drank in self.D:
+            drank.mgr._send_multipart_locked = self._to_prefill_inbox(drank.k)
         if hasattr(mc.MooncakeKVSender, "supports_host_tensor_indices"):
             # 0.5.23 copies the page indices device-to-host into pinned memory
             # behind a CUDA event; on CPU the sender takes the release's own
             # synchronous path for senders without it (the same indices)
             self.stack.enter_context(mock.patch.object(
                 mc.MooncakeKVSender, "supports_host_tensor_indices", False))
-        self.stack.enter_context(_naive_extend(self.d_pool.allocator))
-        for rank in self.P:
+        for rank in self.D + self.P:
             self.stack.enter_context(_naive_extend(rank.pool.allocator))
         self.stack.enter_context(mock.patch.object(pf, "release_kv_cache", self._p_release))
         self.stack.enter_context(mock.patch.object(dc, "release_kv_cache", self._d_release))
@@ -362,11 +419,23 @@ class Rig:
             rank.sched.cache_unfinished_disagg_prefill = lambda *a, **k: None
 
     def _to_decode_inbox(self, q: int):
+        """Prefill rank q's manager sending to a decode rank's endpoint."""
         def send(endpoint, frames, is_ipv6=False):
             frame = list(frames)
             self.from_rank[id(frame)] = q
-            self.d_inbox.append(frame)
+            self.D[kvadapter._rank_of_endpoint(endpoint)].inbox.append(frame)
         return send
+
+    def _to_prefill_inbox(self, k: int):
+        """Decode rank k's receiver or manager sending to a prefill rank."""
+        def send(endpoint, frames, is_ipv6=False):
+            frame = list(frames)
+            self.from_drank[id(frame)] = k
+            self.P[prefill_rank_of(endpoint)].inbox.append(frame)
+        return send
+
+    def _d_inboxes(self) -> List[List[bytes]]:
+        return [f for rank in self.D for f in rank.inbox]
 
     def _rank_of_req(self, req) -> Optional[PrefillRank]:
         return next((rank for rank in self.P if any(x is req for x in rank.req)), None)
@@ -377,13 +446,13 @@ class Rig:
             self._free(rank.pool, req)
 
     def _d_release(self, req, *args, **kwargs):
-        self._free(self.d_pool, req)
+        rank = next((d for d in self.D if any(x is req for x in d.req)), None)
+        if rank is not None:
+            self._free(rank.pool, req)
 
     def _either_release(self, req, *args, **kwargs):
-        if any(x is req for x in self.d_req):
-            self._free(self.d_pool, req)
-        else:
-            self._p_release(req)
+        self._d_release(req)
+        self._p_release(req)
 
     @staticmethod
     def _free(pool: Pool, req):
@@ -412,14 +481,15 @@ class Rig:
             rank.rejected[r] = bool(err)
 
     def d_intake(self, r, params):
-        req = adapter.make_req(f"r{r}", self.cfg["tokens"][r], self.rooms[r], host=p_ip(0))
         d = self.cfg["decode"]
-        err = mu.validate_input_length(req, (d["intake_limit_pages"] - 1) * PAGE + 2,
-                                       d["auto_truncate"])
-        if err:
-            req.set_finish_with_abort(err)
-        self.d_req[r] = req
-        self.d_rejected[r] = bool(err)
+        for rank in self.D:
+            req = adapter.make_req(f"r{r}", self.cfg["tokens"][r], self.rooms[r], host=p_ip(0))
+            err = mu.validate_input_length(req, (d["intake_limit_pages"] - 1) * PAGE + 2,
+                                           d["auto_truncate"])
+            if err:
+                req.set_finish_with_abort(err)
+            rank.req[r] = req
+            rank.rejected[r] = bool(err)
 
     def p_door(self, r, params):
         for rank in self.P:
@@ -427,10 +497,11 @@ class Rig:
             rank.seen[r] = True
 
     def d_door(self, r, params):
-        retracted = r in self.d_retracting
-        self.d_retracting.discard(r)
-        self.d_queue.add(self.d_req[r], is_retracted=retracted)
-        self.seen_d[r] = True
+        for rank in self.D:
+            retracted = r in rank.retracting
+            rank.retracting.discard(r)
+            rank.queue.add(rank.req[r], is_retracted=retracted)
+            rank.seen[r] = True
 
     def d_retract(self, r, params):
         """R1 memory retract on the real request: ``release_req`` frees its
@@ -439,35 +510,37 @@ class Rig:
         rig's pools are not; ``d_resume`` writes the request's own bytes back
         as the restore would).  ``_add_request_to_queue(is_retracted=True)``
         is the next step, ``d_door``."""
-        req = self.d_req[r]
-        if req not in self.d_sched.running_batch.reqs:
-            raise Diverged("the request is not running on decode")
-        self.d_sched.running_batch.reqs.remove(req)
-        with mock.patch.object(sb, "release_kv_cache", self._d_release, create=True):
-            sb.release_req(req=req, remaing_req_count=0,
-                           req_to_token_pool=self.d_pool.req_to_token_pool,
-                           token_to_kv_pool_allocator=self.d_pool.allocator,
-                           tree_cache=self.d_sched.tree_cache, hisparse_coordinator=None,
-                           offload_kv=False)
-        self.d_retracting.add(r)
+        for rank in self.D:
+            req = rank.req[r]
+            if req not in rank.sched.running_batch.reqs:
+                raise Diverged("the request is not running on decode")
+            rank.sched.running_batch.reqs.remove(req)
+            with mock.patch.object(sb, "release_kv_cache", self._d_release, create=True):
+                sb.release_req(req=req, remaing_req_count=0,
+                               req_to_token_pool=rank.pool.req_to_token_pool,
+                               token_to_kv_pool_allocator=rank.pool.allocator,
+                               tree_cache=rank.sched.tree_cache, hisparse_coordinator=None,
+                               offload_kv=False)
+            rank.retracting.add(r)
 
     def d_resume(self, r, params):
         """R5: the real ``resume_retracted_reqs`` (its budgets, ``_pre_alloc``
         on the real allocator, the trace's pages first); its restore of the
         host copy writes the request's own bytes into the new pages."""
-        req = self.d_req[r]
-        self._choose_pages(self.d_pool, params.get("pages"))
         name = "restore_kv_cache" if hasattr(dc, "restore_kv_cache") else "retraction_restore"
+        for rank in self.D:
+            req = rank.req[r]
+            self._choose_pages(rank.pool, params.get("pages"))
 
-        def restore(req, *args, **kwargs):
-            mark = _rid_in(self.d_req, req) + 1
-            for pg in self.d_pool.model_pages(req):
-                self.d_pool.fill(pg, mark)
-        with mock.patch.object(dc, name, restore):
-            resumed = self.d_queue.resume_retracted_reqs()
-        self.d_sched.waiting_queue.extend(resumed)  # the event loop's glue
-        if req not in resumed:
-            raise Diverged("resume_retracted_reqs did not resume it")
+            def restore(req, *args, rank=rank, **kwargs):
+                mark = _rid_in(rank.req, req) + 1
+                for pg in rank.pool.model_pages(req):
+                    rank.pool.fill(pg, mark)
+            with mock.patch.object(dc, name, restore):
+                resumed = rank.queue.resume_retracted_reqs()
+            rank.sched.waiting_queue.extend(resumed)  # the event loop's glue
+            if req not in resumed:
+                raise Diverged("resume_retracted_reqs did not resume it")
 
     def _only(self, queue_owner, attr, match):
         """Run a whole-queue scan on the stepped request alone (the model
@@ -484,12 +557,17 @@ class Rig:
         kept = getattr(queue_owner, attr)
         setattr(queue_owner, attr, [e for e in full if e not in mine or e in kept])
 
-    def _prealloc_scan(self, r):
-        """Decode's prealloc scan for request r: its first call, the
-        handshake, polls the whole queue (as the model's ``d_prealloc``
+    def _every_drank(self, scan):
+        """A scan of decode's loop on every decode TP rank at once, each a
+        thread whose all-reduces meet the other ranks' (``run_ranks``)."""
+        return run_ranks([lambda rank=rank: scan(rank) for rank in self.D])
+
+    def _prealloc_scan(self, rank: DecodeRank, r: int):
+        """Decode's prealloc scan for request r on one rank: its first call,
+        the handshake, polls the whole queue (as the model's ``d_prealloc``
         does); then ``pop_preallocated`` runs on the request."""
-        q = self.d_queue
-        req = self.d_req[r]
+        q = rank.queue
+        req = rank.req[r]
         q._update_handshake_waiters()
         full, mine = self._only(q, "queue", lambda e: e.req is req)
         try:
@@ -497,12 +575,28 @@ class Rig:
         finally:
             self._restore(q, "queue", full, mine)
 
+    def _prealloc_all(self, r, pages=None):
+        for rank in self.D:
+            self._choose_pages(rank.pool, pages)
+
+        def scan(rank):
+            done, failed = self._prealloc_scan(rank, r)
+            rank.tq.extend(done)  # the event loop's glue (dc 19:2693)
+            return done, failed
+        return self._every_drank(scan)
+
     def d_prealloc(self, r, params):
-        self._choose_pages(self.d_pool, params.get("pages"))
-        done, failed = self._prealloc_scan(r)
-        if not done:
-            raise Diverged(f"pop_preallocated did not preallocate it ({len(failed)} failed)")
-        self.t_queue.extend(done)  # the event loop's glue (dc 19:2693)
+        for done, failed in self._prealloc_all(r, params.get("pages")):
+            if not done:
+                raise Diverged(f"pop_preallocated did not preallocate it ({len(failed)} failed)")
+
+    def d_prealloc_splits(self, r, params):
+        """Every decode rank's ``pop_preallocated``, each deciding from its
+        own pools: the model says some ranks take the request and the
+        others keep it queued."""
+        got = [bool(done) for done, _ in self._prealloc_all(r)]
+        if all(got) or not any(got):
+            raise Diverged("the decode ranks decided alike")
 
     @staticmethod
     def _choose_pages(pool: Pool, pages: Optional[List[int]]):
@@ -538,14 +632,15 @@ class Rig:
         rank.inbox = [f for f in rank.inbox if f is not frame and f not in regs]
         self._run_thread(rank.mgr, "start_prefill_thread", regs + [frame])
 
-    def _to_decode(self, frame):
-        self.d_inbox.remove(frame)
-        self._run_thread(self.d_mgr, "start_decode_thread", [frame])
+    def _to_decode(self, rank: DecodeRank, frame):
+        rank.inbox.remove(frame)
+        self._run_thread(rank.mgr, "start_decode_thread", [frame])
 
     def p_recv_metadata(self, r, params):
-        q = params.get("prefill_rank", 0)
+        q, k = params.get("prefill_rank", 0), params.get("rank", 0)
         room = str(self.rooms[r]).encode()
-        self._to_prefill(q, self._find(self.P[q].inbox, lambda f: f[0] == room,
+        self._to_prefill(q, self._find(self.P[q].inbox, lambda f: f[0] == room
+                                       and self.from_drank.get(id(f)) == k,
                                        "metadata of the room reached prefill"))
 
     def _every_prank(self, scan):
@@ -584,8 +679,7 @@ class Rig:
         if locs is None:
             raise Diverged("prefill's pool has no room for the chunk")
         pool.req_to_token_pool.req_to_token[idx, :need] = locs.to(torch.int32)
-        pool.k[locs[:n]] = r + 1
-        pool.v[locs[:n]] = r + 1
+        pool.write_tokens(locs[:n], r + 1)
         # where the scheduler records the range it computed: extend_range
         # up to 0.5.21, extend_end from 0.5.22
         for name, value in (("extend_range", types.SimpleNamespace(start=0, end=n)),
@@ -634,66 +728,81 @@ class Rig:
         self._prank(params).gate.write()
 
     def d_recv_status(self, r, params):
+        """Prefill rank q's status report of the room reaches decode: each
+        decode rank's copy (``conclude_transfer`` reports to every decode
+        endpoint of the room, mc 21:2356-2367) to that rank's thread."""
         q = params.get("prefill_rank", 0)
         room = str(self.rooms[r]).encode()
-        frame = self._find(self.d_inbox, lambda f: f and f[0] == room
-                           and self.from_rank.get(id(f)) == q,
-                           "status report of the room reached decode")
-        self._count_report(frame)
-        self._to_decode(frame)
+        for rank in self.D:
+            frame = self._find(rank.inbox, lambda f: f and f[0] == room
+                               and self.from_rank.get(id(f)) == q,
+                               "status report of the room reached decode")
+            self._count_report(rank, frame)
+            self._to_decode(rank, frame)
 
-    def _count_report(self, frame):
-        """Note whose Success report decode's thread is about to count."""
-        room, status, q = kvadapter._parse_status(self.d_mgr, frame)
-        room = int(room)
-        if not self.d_mgr.prefill_response_tracker.get(room):
-            self.reports[room] = []
+    def _count_report(self, rank: DecodeRank, frame):
+        """Note whose Success report the rank's thread is about to count."""
+        room, status, _ = kvadapter._parse_status(rank.mgr, frame)
+        key = (rank.k, int(room))
+        if not rank.mgr.prefill_response_tracker.get(int(room)):
+            self.reports[key] = []
         if int(status) == int(kvadapter.KVPoll.Success):
-            self.reports.setdefault(room, []).append((self.from_rank.get(id(frame)),
-                                                      self._sender_of(frame)))
+            self.reports.setdefault(key, []).append((self.from_rank.get(id(frame)),
+                                                     self._sender_of(frame)))
 
     def d_transferred(self, r, params):
-        q = self.t_queue
-        req = self.d_req[r]
-        full, mine = self._only(q, "queue", lambda e: e.req is req)
-        # what a commit would rest on, read before the real code frees the
-        # slot: the room prefill's aux wrote into the request's metadata
-        # slot, and whether each reserved page holds this request's bytes
-        idx = mine[0].metadata_buffer_index
-        slot_room = None if idx is None or idx < 0 else int(self.d_meta.bootstrap_room[idx, 0])
-        covered = all(_slices(self.d_pool.writer(pg)) == [r] * len(self.P)
-                      for pg in self.d_pool.model_pages(req))
-        # the prefill ranks whose Success the room's tracker counts, and of
-        # those the ranks whose report came from this request's own transfer
         room = self.rooms[r]
-        counted = set(self.d_mgr.prefill_response_tracker.get(room) or ())
-        own = {q for q, by in self.reports.get(room, []) if by == r and q in counted}
-        try:
-            done = q.pop_transferred()
-        finally:
-            self._restore(q, "queue", full, mine)
-        self.d_sched.waiting_queue.extend(done)
-        self.last_commit = {"rid": r, "committed": req in done,
-                            "room_ok": slot_room == self.rooms[r], "covered": covered,
-                            "own_reports": len(own), "ranks": len(self.P)}
+
+        def scan(rank):
+            q = rank.tq
+            req = rank.req[r]
+            full, mine = self._only(q, "queue", lambda e: e.req is req)
+            # what a commit would rest on, read before the real code frees
+            # the slot: the room prefill's aux wrote into the request's
+            # metadata slot, and whether each reserved page holds this
+            # request's bytes (every head)
+            idx = mine[0].metadata_buffer_index
+            slot_room = None if idx is None or idx < 0 else int(rank.meta.bootstrap_room[idx, 0])
+            covered = all(_slices(rank.pool.writer(pg)) == [r] * rank.pool.heads
+                          for pg in rank.pool.model_pages(req))
+            # the prefill ranks whose Success the room's tracker counts, and
+            # of those the ranks whose report came from this request's own
+            # transfer
+            counted = set(rank.mgr.prefill_response_tracker.get(room) or ())
+            own = {q for q, by in self.reports.get((rank.k, room), []) if by == r and q in counted}
+            try:
+                done = q.pop_transferred()
+            finally:
+                self._restore(q, "queue", full, mine)
+            rank.sched.waiting_queue.extend(done)
+            return {"committed": req in done, "room_ok": slot_room == room,
+                    "covered": covered, "own_reports": len(own)}
+        got = self._every_drank(scan)
+        self.last_commit = {"rid": r, "committed": any(g["committed"] for g in got),
+                            "room_ok": all(g["room_ok"] for g in got if g["committed"]),
+                            "covered": all(g["covered"] for g in got if g["committed"]),
+                            "own_reports": min(g["own_reports"] for g in got),
+                            "ranks": len(self.P)}
 
     def d_attend(self, r, params):
-        req = self.d_req[r]
-        if req not in self.d_sched.waiting_queue:
-            raise Diverged("the request is not committed on decode")
-        self.d_sched.waiting_queue.remove(req)
-        self.d_sched.running_batch.reqs.append(req)
+        for rank in self.D:
+            req = rank.req[r]
+            if req not in rank.sched.waiting_queue:
+                raise Diverged("the request is not committed on decode")
+            rank.sched.waiting_queue.remove(req)
+            rank.sched.running_batch.reqs.append(req)
 
     def d_respond(self, r, params):
-        req = self.d_req[r]
-        if req not in self.d_sched.running_batch.reqs:
-            raise Diverged("the request is not running on decode")
-        self.d_sched.running_batch.reqs.remove(req)
-        req.finished_reason = req.to_finish or sb.FINISH_LENGTH(length=0)
-        req.to_finish = None
-        self.d_sched.output_streamer.stream_output([req])
-        self._d_release(req)
-        self.d_gone.add(r)
+        for rank in self.D:
+            req = rank.req[r]
+            if req not in rank.sched.running_batch.reqs:
+                raise Diverged("the request is not running on decode")
+            rank.sched.running_batch.reqs.remove(req)
+            req.finished_reason = req.to_finish or sb.FINISH_LENGTH(length=0)
+            req.to_finish = None
+            rank.sched.output_streamer.stream_output([req])
+            self._d_release(req)
+            rank.gone.add(r)
 
     def _abort(self, sched, r):
         from sglang.srt.managers.io_struct import AbortReq
@@ -707,27 +816,36 @@ class Rig:
         self.abort_reached["p"].add(r)
 
     def d_abort(self, r, params):
-        """The client's abort reaching decode: the real ``abort_request``."""
-        self._abort(self.d_sched, r)
+        """The client's abort reaching decode: the real ``abort_request``
+        on every decode rank."""
+        for rank in self.D:
+            self._abort(rank.sched, r)
         self.abort_reached["d"].add(r)
 
     def p_recv_abort(self, r, params):
-        q = params.get("prefill_rank", 0)
+        q, k = params.get("prefill_rank", 0), params.get("rank", 0)
         room = str(self.rooms[r]).encode()
         self._to_prefill(q, self._find(self.P[q].inbox,
-                                       lambda f: f[0] == b"ABORT" and f[1] == room,
+                                       lambda f: f[0] == b"ABORT" and f[1] == room
+                                       and self.from_drank.get(id(f)) == k,
                                        "ABORT of the room reached prefill"))
 
     def d_recv_ack(self, r, params):
-        """An ABORT_ACK reaches decode's thread; the scheduler's next
-        iteration re-checks the held requests (``resolve_deferred_releases``)."""
-        q = params.get("prefill_rank", 0)
+        """An ABORT_ACK from prefill rank q reaches decode rank k's thread;
+        every rank's scheduler then re-checks its held requests
+        (``resolve_deferred_releases``; 0.5.23 reduces readiness across the
+        ranks)."""
+        q, k = params.get("prefill_rank", 0), params.get("rank", 0)
         room = str(self.rooms[r]).encode()
-        self._to_decode(self._find(self.d_inbox,
-                                   lambda f: f[0] == b"ABORT_ACK" and f[1] == room
-                                   and self.from_rank.get(id(f)) == q,
-                                   "ABORT_ACK of the room reached decode"))
-        self.t_queue.resolve_deferred_releases()
+        rank = self.D[k]
+        self._to_decode(rank, self._find(rank.inbox,
+                                         lambda f: f[0] == b"ABORT_ACK" and f[1] == room
+                                         and self.from_rank.get(id(f)) == q,
+                                         "ABORT_ACK of the room reached decode"))
+        self._resolve_all()
+
+    def _resolve_all(self):
+        self._every_drank(lambda rank: rank.tq.resolve_deferred_releases())
 
     def _crash(self, side: str, r: int, call, exc, text: str):
         """A step that ends in the scheduler's death: the real call must
@@ -744,17 +862,17 @@ class Rig:
     def _decode_scan(self, r):
         """Decode's scan that polls request r's receiver: the prealloc
         handshake while r is in the prealloc queue, else the transfer poll."""
-        req = self.d_req[r]
-        if any(e.req is req for e in self.d_queue.queue):
-            return self.d_queue._update_handshake_waiters
+        rank = self.D[0]
+        if any(e.req is rank.req[r] for e in rank.queue.queue):
+            return lambda: self._every_drank(lambda k: k.queue._update_handshake_waiters())
         return lambda: self.d_transferred(r, {})
 
     def d_poll_popped_room(self, r, params):
         self._crash("d", r, self._decode_scan(r), KeyError, "")
 
     def d_unexpected_poll(self, r, params):
-        self._crash("d", r, self.d_queue._update_handshake_waiters, ValueError,
-                    "Unexpected poll case")
+        self._crash("d", r, lambda: self._every_drank(
+            lambda k: k.queue._update_handshake_waiters()), ValueError, "Unexpected poll case")
 
     def p_unexpected_poll(self, r, params):
         rank = self.P[0]
@@ -765,18 +883,35 @@ class Rig:
         self._crash("p", r, call, RuntimeError, "Unexpected poll state")
 
     def d_prealloc_drop(self, r, params):
-        done, failed = self._prealloc_scan(r)
-        if done or not failed:
-            raise Diverged("pop_preallocated did not drop it")
+        for done, failed in self._prealloc_all(r):
+            if done or not failed:
+                raise Diverged("pop_preallocated did not drop it")
 
     def d_deferred_timeout(self, r, params):
         """The held request's deadline passes: the real
-        ``resolve_deferred_releases`` with decode's clock an hour on."""
+        ``resolve_deferred_releases`` with decode's clock an hour on, on the
+        rank the trace names (up to 0.5.22 each rank checks its own
+        deadline alone) or on every rank at once."""
         real = time.monotonic
         later = types.SimpleNamespace(monotonic=lambda: real() + 3600.0, time=time.time,
                                       perf_counter=time.perf_counter)
         with mock.patch.object(dc, "time", later):
-            self.t_queue.resolve_deferred_releases()
+            if "rank" in params:
+                self.D[params["rank"]].tq.resolve_deferred_releases()
+            else:
+                self._resolve_all()
+
+    def d_waiting_timeout(self, r, params):
+        """Decode rank k's receiver of the request waits past
+        ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT``: its real ``poll()`` with
+        the receiver's start an hour back (``_check_waiting_timeout``
+        records the failure, goes Failed and sends that rank's ABORT)."""
+        rank = self.D[params.get("rank", 0)]
+        entry = rank.entry(r)
+        if entry is None:
+            raise Diverged("the request is not in decode's transfer queue")
+        entry.kv_receiver.init_time = time.time() - 3600.0
+        entry.kv_receiver.poll()
 
     def p_req_waiting_timeout(self, r, params):
         """``_poll_timeout_aborts`` hands this worker's own ``abort_request``
@@ -805,7 +940,7 @@ class Rig:
             finally:
                 rank.engine.failing = False
         else:
-            rank.mgr.failed_sessions.add(f"{D_IP}:{D_PORT}")
+            rank.mgr.failed_sessions.update(f"{d_ip(k)}:{d_port(k)}" for k in range(len(self.D)))
             rank.gate.dequeue()
         if _probe_enabled():
             rank.engine.send_probe = lambda session_id: 0
@@ -821,27 +956,6 @@ class Rig:
         engine.stray = []
 
     # ---------------------------------------------------------- observation
-    def _d_stage(self, r) -> str:
-        req = self.d_req[r]
-        if req is None:
-            return "absent"
-        q, tq = self.d_queue, self.t_queue
-        if any(e.req is req for e in q.queue) or any(e.req is req for e in q.pending_reqs):
-            return "prealloc"
-        if req in q.retracted_queue:
-            return "retracted"
-        if any(e.req is req for e in tq.queue):
-            return "transfer"
-        if any(e[0].req is req for e in getattr(tq, "_deferred_releases", [])):
-            return "held"
-        if req in self.d_sched.waiting_queue:
-            return "waiting"
-        if req in self.d_sched.running_batch.reqs:
-            return "running"
-        if r in self.d_retracting:
-            return "door"
-        return "gone" if self.seen_d[r] else "door"
-
     def _p_inboxes(self) -> List[List[bytes]]:
         return [f for rank in self.P for f in rank.inbox]
 
@@ -850,7 +964,6 @@ class Rig:
         manager still keeps for each request's room, whether anything of
         the room is still on the wire, and the decode pages the last step's
         writes landed in."""
-        d = self.d_mgr
         left, wire = [], []
         for room in self.rooms:
             left.append(any(
@@ -858,13 +971,15 @@ class Rig:
                 or room in p.failure_records or room in p._deferred_ack_targets
                 or room in p._deferred_ack_poisoned_rooms or p._staging_outstanding.get(room)
                 for p in (rank.mgr for rank in self.P))
-                or bool(room in d.request_status or room in d._deferred_abort_ack_tracker
-                        or d.prefill_response_tracker.get(room)))
+                or any(room in d.request_status or room in d._deferred_abort_ack_tracker
+                       or d.prefill_response_tracker.get(room)
+                       for d in (rank.mgr for rank in self.D)))
             name = str(room).encode()
             # an ABORT_ACK for a room decode tracks no hold for changes
             # nothing when it arrives (note_abort_ack, cc 19:391-396)
-            live = [f for f in self._p_inboxes() + self.d_inbox
-                    if not (f[0] == b"ABORT_ACK" and room not in d._deferred_abort_ack_tracker)]
+            live = self._p_inboxes() + [
+                f for rank in self.D for f in rank.inbox
+                if not (f[0] == b"ABORT_ACK" and room not in rank.mgr._deferred_abort_ack_tracker)]
             wire.append(any(name in f[:2] for f in live)
                         or any(any(c.room == room for c in rank.gate.items)
                                or rank.gate.at_engine() or bool(rank.engine.stray)
@@ -875,37 +990,39 @@ class Rig:
                 "abort_reached": {k: sorted(v) for k, v in self.abort_reached.items()}}
 
     def _held_without_ack(self) -> List[bool]:
-        """Per request: decode holds it for a drain ack that some prefill
-        rank, which has handled its ABORT and drained the room (not
-        poisoned, nothing outstanding), has not sent and decode has not
-        counted."""
-        d = self.d_mgr
+        """Per request: some decode rank holds it for a drain ack that some
+        prefill rank, which has handled that decode rank's ABORT and drained
+        the room (not poisoned, nothing outstanding), has not sent and the
+        decode rank has not counted."""
         out = []
         for r, room in enumerate(self.rooms):
-            req = self.d_req[r]
-            held = req is not None and any(e[0].req is req for e in self.t_queue._deferred_releases)
-            tracker = d._deferred_abort_ack_tracker.get(room)
-            acks = getattr(tracker, "prefill_ranks", tracker) or set()
             name = str(room).encode()
             missing = False
-            for rank in self.P:
-                p = rank.mgr
-                # an ABORT is this request's when its own step sent it (the
-                # frame names the room only)
-                pending = (any(f[0] == b"ABORT" and f[1] == name and self._sender_of(f) == r
-                               for f in rank.inbox)
-                           or any(f[0] == b"ABORT_ACK" and f[1] == name
-                                  and self.from_rank.get(id(f)) == rank.q for f in self.d_inbox))
-                # drained: the code's own predicate, the chunks its worker
-                # counted at dequeue and has not finished (mc 19:1670-1676);
-                # a new user of the room pops the count from 0.5.22 (cc
-                # 22:570-574), and then a write still at the engine brings
-                # no ack
-                missing = missing or bool(
-                    room not in p._deferred_ack_poisoned_rooms
-                    and not p._staging_outstanding.get(room) and rank.q not in acks
-                    and not pending)
-            out.append(bool(held and missing))
+            for drank in self.D:
+                if not drank.holds(r):
+                    continue
+                tracker = drank.mgr._deferred_abort_ack_tracker.get(room)
+                acks = getattr(tracker, "prefill_ranks", tracker) or set()
+                for rank in self.P:
+                    p = rank.mgr
+                    # an ABORT is this request's when its own step sent it
+                    # (the frame names the room only)
+                    pending = (any(f[0] == b"ABORT" and f[1] == name and self._sender_of(f) == r
+                                   and self.from_drank.get(id(f)) == drank.k
+                                   for f in rank.inbox)
+                               or any(f[0] == b"ABORT_ACK" and f[1] == name
+                                      and self.from_rank.get(id(f)) == rank.q
+                                      for f in drank.inbox))
+                    # drained: the code's own predicate, the chunks its
+                    # worker counted at dequeue and has not finished (mc
+                    # 19:1670-1676); a new user of the room pops the count
+                    # from 0.5.22 (cc 22:570-574), and then a write still at
+                    # the engine brings no ack
+                    missing = missing or bool(
+                        room not in p._deferred_ack_poisoned_rooms
+                        and not p._staging_outstanding.get(room) and rank.q not in acks
+                        and not pending)
+            out.append(missing)
         return out
 
     def _sender_of(self, frame) -> Optional[int]:
@@ -943,9 +1060,10 @@ class Rig:
         for rank in self.P:
             for frame in [f for f in rank.inbox if f[0] != b"None"]:
                 self._to_prefill(rank.q, frame)
-        for frame in list(self.d_inbox):
-            self._to_decode(frame)
-        self.t_queue.resolve_deferred_releases()
+        for rank in self.D:
+            for frame in list(rank.inbox):
+                self._to_decode(rank, frame)
+        self._resolve_all()
         for rank in self.P:
             while not rank.gate.empty():
                 rank.gate.dequeue()
@@ -958,13 +1076,35 @@ class Rig:
             if step:
                 self._try(step, r)
 
-    def _d_finished(self, r) -> Optional[str]:
-        """As ``PrefillRank.finished``, on decode."""
-        req = self.d_req[r]
-        if req is None:
-            return None
-        got = _kind(req.finished_reason)
-        return "abort" if got is None and r in self.echoed_d else got
+    def _d_stage(self, r: int) -> str:
+        """Request r on decode as the model's one picture of the ranks: a
+        rank that let a held request go while its peers hold it (up to
+        0.5.22 each rank on its own) leaves it held, and ranks whose own
+        pools split an admission leave it in the prealloc queue (the model
+        records who took it; ``d_ranks`` shows each rank)."""
+        stages = [rank.stage(r) for rank in self.D]
+        got = set(stages)
+        if got == {"held", "gone"}:
+            return "held"
+        if got == {"prealloc", "transfer"}:
+            return "prealloc"
+        return _one(stages)
+
+    def _d_view(self, r: int) -> Dict[str, Any]:
+        """Request r on decode, one picture of the ranks (``_d_stage``); the
+        pages are those of the ranks at the picture's stage."""
+        stage = self._d_stage(r)
+        at = [rank for rank in self.D if rank.stage(r) == stage] or self.D
+
+        def each(get, ranks=self.D):
+            return _one([get(rank) for rank in ranks])
+        return {"stage": stage,
+                "to_finish": each(lambda k: None if k.req[r] is None else _kind(k.req[r].to_finish)),
+                "finished": each(lambda k: k.finished(r)),
+                "pages": each(lambda k: [] if k.req[r] is None else k.pool.model_pages(k.req[r]),
+                              at),
+                "answer": each(lambda k: k.answer[r]), "rejected": each(lambda k: k.rejected[r]),
+                "crashed": self.crashed["d"][r]}
 
     def _p_view(self, r: int) -> Dict[str, Any]:
         """Request r on prefill, as one picture of its ranks: a field the
@@ -979,21 +1119,25 @@ class Rig:
 
     def observe(self) -> Dict[str, Any]:
         out = {"p": [], "d": [], "p_room": [], "d_room": []}
+        several = len(self.D) > 1
+        if several:
+            out["d_ranks"] = []
         for r in range(self.n):
-            dreq = self.d_req[r]
             out["p"].append(self._p_view(r))
-            dstage = self._d_stage(r)
-            out["d"].append({"stage": dstage,
-                             "to_finish": None if dreq is None else _kind(dreq.to_finish),
-                             "finished": self._d_finished(r),
-                             "pages": [] if dreq is None else self.d_pool.model_pages(dreq),
-                             "answer": self.d_answer[r], "rejected": self.d_rejected[r],
-                             "crashed": self.crashed["d"][r]})
+            out["d"].append(self._d_view(r))
+            if several:
+                out["d_ranks"].append([rank.stage(r) for rank in self.D])
             rooms = [kvadapter.poll_name(rank.mgr.request_status.get(self.rooms[r]))
                      for rank in self.P]
             out["p_room"].append(rooms[0] if len(rooms) == 1 else rooms)
-            out["d_room"].append(kvadapter.poll_name(self.d_mgr.request_status.get(self.rooms[r])))
-        out["writers"] = [self.d_pool.writer(p) for p in range(self.d_pool.pages)]
+            # the scans act on the MIN over the ranks of the entries they
+            # still have (a rank that let the room go has none)
+            polls = [rank.mgr.request_status.get(self.rooms[r]) for rank in self.D]
+            polls = [p for p in polls if p is not None]
+            out["d_room"].append(kvadapter.poll_name(min(polls)) if polls else None)
+        pool = self.D[0].pool
+        out["writers"] = [_one([rank.pool.writer(p) for rank in self.D])
+                          for p in range(pool.pages)]
         return out
 
 
@@ -1052,7 +1196,8 @@ STEPS = ("p_intake", "d_intake", "p_door", "d_door", "d_prealloc", "p_recv_metad
          "xfer_write", "d_recv_status", "d_transferred", "d_attend", "d_respond",
          "p_abort", "d_abort", "p_recv_abort", "d_recv_ack", "d_poll_popped_room",
          "d_unexpected_poll", "p_unexpected_poll", "d_prealloc_drop", "d_deferred_timeout",
-         "p_req_waiting_timeout", "xfer_fail", "xfer_stray_lands", "d_retract", "d_resume")
+         "p_req_waiting_timeout", "xfer_fail", "xfer_stray_lands", "d_retract", "d_resume",
+         "d_waiting_timeout", "d_prealloc_splits")
 
 
 def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
@@ -1078,10 +1223,11 @@ def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
             except Exception as e:
                 stop = {"step": i, "why": "error", "detail": _error(e)}
                 break
-            for f in rig._p_inboxes() + rig.d_inbox:
+            for f in rig._p_inboxes() + rig._d_inboxes():
                 rig.sent_by.setdefault(id(f), (f, r))
             observations.append(rig.observe())
-            landed = rig.d_pool.pages_at([d for _, d, _ in rig.writes[before:]])
+            landed = sorted({p for rank in rig.D
+                             for p in rank.pool.pages_at([d for _, d, _ in rig.writes[before:]])})
         final = rig.final(landed)
         if stop is None and trace.get("settle"):
             final["settled"] = rig.settle()

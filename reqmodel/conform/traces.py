@@ -44,10 +44,12 @@ def _answer(status: Optional[int]) -> Optional[str]:
     return None if status is None else "ok" if status == 200 else "error"
 
 
-def project(state) -> Dict[str, Any]:
+def project(state, decode_ranks: int = 1) -> Dict[str, Any]:
     """What the rig observes, as the model's state says it."""
     out: Dict[str, Any] = {"p": [], "d": [], "p_room": [], "d_room": []}
     ranks = state.prefill_ranks
+    if decode_ranks > 1:
+        out["d_ranks"] = [_decode_rank_stages(d, decode_ranks) for d in state.d]
     for r, (p, d) in enumerate(zip(state.p, state.d)):
         out["p"].append({"stage": _P_STAGES[p.stage], "to_finish": _kind(p.to_finish),
                          "finished": _kind(p.finished_reason), "answer": _answer(p.answer),
@@ -65,11 +67,23 @@ def project(state) -> Dict[str, Any]:
     return out
 
 
+def _decode_rank_stages(d, ranks: int) -> List[str]:
+    """Each decode rank's stage of the request, from the model's one picture
+    of the ranks: a rank that let a held request go alone (up to 0.5.22) has
+    it gone, and the ranks that took a split admission have it in their
+    transfer queues."""
+    def stage(k: int) -> str:
+        if d.stage is DStage.HELD and k in d.released_on:
+            return "gone"
+        if k in d.split:
+            return "transfer"
+        return _D_STAGES[d.stage]
+    return [stage(k) for k in range(ranks)]
+
+
 def unsupported(loaded) -> Optional[str]:
     """Why the rig cannot stand for this trace's configuration, or None."""
     sc = loaded.scenario
-    if sc.decode.ranks != 1:
-        return "several decode ranks"
     if sc.prefill.chunk_pages:
         return "chunked prefill"
     if sc.prefill.kv_checksum or sc.decode.kv_checksum:
@@ -104,7 +118,8 @@ def config(loaded, real: Release) -> Dict[str, Any]:
         "decode": {"pool_pages": sc.decode.pool_pages,
                    "intake_limit_pages": sc.decode.intake_limit_pages,
                    "auto_truncate": sc.decode.auto_truncate,
-                   "metadata_buffers": sc.decode.metadata_buffers},
+                   "metadata_buffers": sc.decode.metadata_buffers,
+                   "ranks": sc.decode.ranks},
     }
 
 
@@ -165,7 +180,8 @@ def prepare(path: str, release: Optional[Release] = None) -> Prepared:
                "settle": loaded.property.name in SETTLED,
                "steps": [{"action": st.action, "rid": st.rid, "params": _params(st)}
                          for st in loaded.steps]}
-    return Prepared(str(path), loaded, real, [project(s) for s in states], request, None)
+    ranks = loaded.scenario.decode.ranks
+    return Prepared(str(path), loaded, real, [project(s, ranks) for s in states], request, None)
 
 
 def judge(prep: Prepared, answer: Optional[dict]) -> Result:
@@ -373,6 +389,13 @@ def _commit_before_all_ranks(steps, prev: dict, final: dict, facts: dict) -> Opt
     return got["committed"] and got["own_reports"] < got["ranks"]
 
 
+def _ranks_split(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
+    """The last step left the request at different stages on decode's ranks
+    (one rank's pop_preallocated took it, a peer's kept it queued)."""
+    ranks = final.get("d_ranks")
+    return bool(ranks) and len(set(ranks[steps[-1].rid])) > 1
+
+
 def _drain_ack_missing(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
     """Decode holds a request for a drain ack that the prefill rank, done
     with its ABORT and drained, will never send (read on both managers and
@@ -425,6 +448,7 @@ READERS = {"no-foreign-kv-read": _foreign_read,
            "client-abort-honoured": _abort_not_honoured,
            "metadata-integrity": _foreign_commit,
            "commit-after-all-ranks": _commit_before_all_ranks,
+           "ranks-stay-in-step": _ranks_split,
            "drain-ack-reaches-every-rank": _drain_ack_missing,
            **{name: _hang(pending) for name, pending in SETTLED.items()}}
 
