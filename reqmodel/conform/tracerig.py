@@ -66,8 +66,8 @@ import kvadapter
 from adapter import dc, du, pf, sb, mu
 from kvadapter import mc
 from rigparts import (ADDR, PAGE, ROOM0, Diverged, Engine, Gate, Pool, _Closed, _naive_extend,
-                      d_ip, d_port, decode_rank_of, manager, p_ip, p_port, prefill_rank_of,
-                      run_ranks)
+                      Unmet, d_ip, d_port, decode_rank_of, manager, p_ip, p_port,
+                      prefill_rank_of, run_ranks)
 
 
 def _kind(reason) -> Optional[str]:
@@ -1025,6 +1025,20 @@ class Rig:
             out.append(missing)
         return out
 
+    def next_transfer_scan(self) -> str:
+        """Every decode rank's next ``pop_transferred`` on its whole transfer
+        queue, as its loop runs it after the prealloc scan (dc 21:3196-3203):
+        ``met``, or how the ranks failed to meet at its poll all-reduce (a
+        rank whose queue is empty returns before the collective, dc
+        21:2617-2618, and its peers wait)."""
+        try:
+            self._every_drank(lambda rank: rank.tq.pop_transferred())
+        except Unmet as e:
+            return f"unmet: {e}"
+        except Exception as e:
+            return f"error: {_error(e)}"
+        return "met"
+
     def _sender_of(self, frame) -> Optional[int]:
         """The request whose step sent ``frame``."""
         return self.sent_by.get(id(frame), (None, None))[1]
@@ -1229,6 +1243,8 @@ def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
             landed = sorted({p for rank in rig.D
                              for p in rank.pool.pages_at([d for _, d, _ in rig.writes[before:]])})
         final = rig.final(landed)
+        if stop is None and len(rig.D) > 1 and trace["steps"][-1]["action"] == "d_prealloc_splits":
+            final["next_transfer_scan"] = rig.next_transfer_scan()
         if stop is None and trace.get("settle"):
             final["settled"] = rig.settle()
     for rank in rig.P:

@@ -391,9 +391,11 @@ def _commit_before_all_ranks(steps, prev: dict, final: dict, facts: dict) -> Opt
 
 def _ranks_split(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
     """The last step left the request at different stages on decode's ranks
-    (one rank's pop_preallocated took it, a peer's kept it queued)."""
+    (one rank's pop_preallocated took it, a peer's kept it queued), and the
+    ranks' next transfer scans do not meet at their poll all-reduce."""
     ranks = final.get("d_ranks")
-    return bool(ranks) and len(set(ranks[steps[-1].rid])) > 1
+    split = bool(ranks) and len(set(ranks[steps[-1].rid])) > 1
+    return split and facts.get("next_transfer_scan", "met") != "met"
 
 
 def _drain_ack_missing(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
