@@ -107,10 +107,7 @@ NOT_FOUND_BY_CI = {
     # missed now (measured: pytest -n 2 properties/test_hypothesis.py on this
     # stop; per-run rates not measured)
     **{cell: "missed by the ci profile's draws since issue #23's crash-ends-run step"
-       for cell in (("abort-is-terminal", "optimistic-abort-unit", "0.5.19"),
-                    ("commit-after-all-ranks", "room-reuse", "0.5.19"),
-                    ("no-foreign-kv-read", "room-reuse", "0.5.19"),
-                    ("no-foreign-kv-read", "transfer-failure", "0.5.19"),
+       for cell in (("no-foreign-kv-read", "transfer-failure", "0.5.19"),
                     ("no-reuse-during-inflight-write", "inflight-reuse", "0.5.22"))},
     # Issue #24's first step: a failed poll clears the room's entry at once
     # and the metadata gate keeps an entry waiting; the crashes of room reuse
@@ -151,7 +148,6 @@ NOT_FOUND_BY_CI = {
     **{cell: "missed by the ci profile's draws since issue #51's rank steps"
        for cell in (
            ('no-reuse-during-inflight-write', 'inflight-reuse', '0.5.23'),
-           ('no-reuse-during-inflight-write', 'optimistic-abort-unit', '0.5.19'),
            ('no-foreign-kv-read', 'transfer-failure', '0.5.20'),
            ('no-reuse-during-inflight-write', 'retract-late-write', '0.5.20'),
            ('no-reuse-during-inflight-write', 'retract-late-write', '0.5.23'),
@@ -163,6 +159,16 @@ NOT_FOUND_BY_CI = {
            ('client-abort-honoured', 'pause-abort-overlap', '0.5.22'),
            ('drain-ack-reaches-every-rank', 'rank-admission', '0.5.21'),
        )},
+    # 0.5.19's handshake poll at the scan (waiting_for_input, d_handshake)
+    # changed the rules Hypothesis draws from on 0.5.19: these two are missed
+    # now, and four listed above before are found and came off (room-reuse's
+    # commit-after-all-ranks and foreign read, optimistic-abort-unit's
+    # in-flight reuse and abort-is-terminal;
+    # measured: pytest -m "slow or not slow" properties/test_hypothesis.py
+    # -k 0.5.19 on this stop; per-run rates not measured)
+    **{cell: "missed by the ci profile's draws since 0.5.19's handshake step"
+       for cell in (('no-reuse-during-inflight-write', 'retract-late-write', '0.5.19'),
+                    ('no-foreign-kv-read', 'room-reuse-three', '0.5.19'))},
 }
 # the liveness cells are decided on the whole graph; the Hypothesis engine
 # checks only their deadlock form (tests/test_liveness.py)

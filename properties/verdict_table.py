@@ -140,7 +140,7 @@ ESTABLISHED = {
     # decode's request_status[room] is the room's: 0.5.19 lets a later
     # request's receiver replace the held request's Failed entry, and the
     # held request's clear() then pops it under the later receiver (KeyError)
-    ("no-poll-of-popped-room", "room-reuse"): ["F15", "F14", "F14", "F14", "F14"],
+    ("no-poll-of-popped-room", "room-reuse"): ["F14", "F14", "F14", "F14", "F14"],
     ("no-poll-of-popped-room", "two-rank-abort"): ["H", "H", "H", "H", "H"],
     ("no-poll-of-popped-room", "inflight-reuse"): ["H", "H", "H", "H", "H"],
     ("ack-belongs-to-its-hold", "room-reuse"): ["F14", "F14", "F14", "F18", "F18"],
@@ -268,11 +268,11 @@ ESTABLISHED = {
     ("no-scheduler-crash", "optimistic-tight"): ["H", "H", "H", "H", "H"],
     ("no-scheduler-crash", "pause-abort"): ["F22", "H", "H", "H", "H"],
     ("no-scheduler-crash", "prefill-reject"): ["H", "H", "H", "H", "H"],
-    ("no-scheduler-crash", "prefill-tp"): ["F18", "F17", "F17", "F17", "F17"],
+    ("no-scheduler-crash", "prefill-tp"): ["F17", "F17", "F17", "F17", "F17"],
     ("no-scheduler-crash", "prefill-tp-failure"): ["H", "H", "H", "H", "H"],
     ("no-scheduler-crash", "retract-abort"): ["H", "H", "H", "H", "H"],
     # an earlier request's write lands Success on the room a new sender opened: pop_bootstrapped raises
-    ("no-scheduler-crash", "room-reuse"): ["F15", "F14", "F14", "F14", "F14"],
+    ("no-scheduler-crash", "room-reuse"): ["F14", "F14", "F14", "F14", "F14"],
     ("no-scheduler-crash", "room-reuse-three"): ["H", "H", "F18", "F18", "F18"],
     ("no-scheduler-crash", "transfer-failure"): ["H", "H", "H", "H", "H"],
     ("no-scheduler-crash", "two-rank-abort"): ["H", "H", "H", "H", "H"],
@@ -315,7 +315,7 @@ ESTABLISHED = {
         ("optimistic-abort-unit", ["F28", "F28", "F29", "F28", "F28"]),
         ("pause-abort", ["F23", "F23", "F23", "F23", "F23"]),
         ("pause-abort-overlap", ["F23", "F23", "F23", "F23", "F23"]),
-        ("prefill-tp", ["F23", "F22", "H", "F23", "F23"]),
+        ("prefill-tp", ["F24", "F22", "H", "F23", "F23"]),
         ("retract-abort", ["H", "H", "H", "H", "H"]),
         ("room-reuse", ["F22", "F22", "F22", "F22", "F22"]),
         ("two-rank-abort", ["F18", "F17", "F18", "H", "H"]),
@@ -337,8 +337,7 @@ ESTABLISHED = {
         ("no-reuse-during-inflight-write", ["F11", "F11", "F11", "F11", "F11"]),
         ("commit-after-all-ranks", ["F13", "F13", "F13", "F13", "F13"]),
         ("metadata-integrity", ["H", "H", "H", "H", "H"]),
-        # 0.5.19's handshake skips a waiting queue's poll (issue #24)
-        ("no-poll-of-popped-room", ["F17", "F16", "F16", "F16", "F16"]),
+        ("no-poll-of-popped-room", ["F16", "F16", "F16", "F16", "F16"]),
         ("no-scheduler-crash", ["F14", "F14", "F14", "F14", "F14"]),
         ("room-state-released", ["H", "H", "H", "H", "H"]),
         ("answered-without-timeout", ["F22", "F22", "F22", "F22", "F22"]),

@@ -47,7 +47,7 @@ def test_bench_explore_exhausts_a_scenario_file_with_fingerprints():
     assert "fingerprints" in out.splitlines()[0]
     rows = {r[2].strip(): r for r in (line.split("|") for line in out.splitlines()
                                       if line.startswith("| incident"))}
-    assert rows["0.5.19"][3].strip() == "1,010"
+    assert rows["0.5.19"][3].strip() == "1,130"
     assert "no-foreign-kv-read (29)" in rows["0.5.19"][10]
     assert rows["0.5.23"][10].strip() == "answered-without-timeout (22)"
 
@@ -65,7 +65,7 @@ def test_memory_benchmark_measures_each_mode():
                           "--scenario", "incident", "--release", "0.5.19"],
                          capture_output=True, text=True, check=True, cwd=ROOT).stdout
     row = out.splitlines()[-1].split("|")
-    assert row[1].strip() == "incident" and row[3].strip() == "1,010"
+    assert row[1].strip() == "incident" and row[3].strip() == "1,130"
     assert len(row) == 8  # states, fingerprints and graph columns
 
 

@@ -9,7 +9,6 @@ differ); an input that several model releases share is driven once.
 """
 import functools
 import json
-import pathlib
 
 import pytest
 
@@ -438,13 +437,6 @@ def corpus_on_own_release():
 BLACKLISTED = {(rel, f"counterexamples/{rel}/no-foreign-kv-read-{sc}.itf.json")
                for rel in ("0.5.19", "0.5.20", "0.5.21")
                for sc in ("transfer-failure", "room-reuse-three", "prefill-tp-failure")}
-# the traces where 0.5.19's decode crashes one step before the model says:
-# the model takes a receiver's first handshake poll with its door (d_door),
-# the code takes it in the next pop_preallocated, after the release phase
-# of the same loop iteration popped the room's shared status entry (the
-# KeyError the model reports at the next poll; tools/trace_table.py)
-POLLED_AT_PREALLOC = {("0.5.19", f"counterexamples/0.5.19/{p}-prefill-tp.itf.json")
-                      for p in ("no-poll-of-popped-room", "no-scheduler-crash")}
 
 
 def _flat(x):
@@ -460,17 +452,13 @@ def test_no_corpus_trace_departs_from_its_own_release_code():
     results = corpus_on_own_release()
     bad = {(r.release, r.trace) for r in results
            if r.divergence and r.divergence["why"] not in ("not-driven", "unread")}
-    assert bad == BLACKLISTED | POLLED_AT_PREALLOC
+    assert bad == BLACKLISTED
     for r in results:
         d = r.divergence
         if (r.release, r.trace) in BLACKLISTED:
             assert (d["why"], d["action"]) == ("state", "xfer_dequeue")
             assert "Failed" in _flat([d["differs"]["p_room"]["real"][d["rid"]]])
-        if (r.release, r.trace) in POLLED_AT_PREALLOC:
-            assert (d["why"], d["action"], d["step"]) == ("error", "d_prealloc", r.steps - 1)
-            assert d["detail"].startswith("KeyError")
-            assert r.steps and "d_poll_popped_room" in pathlib.Path(r.trace).read_text()
-    assert sum(r.reproduced for r in results) >= 285
+    assert sum(r.reproduced for r in results) >= 290
 
 
 MULTI_RANK = ("-prefill-tp", "-rank-admission", "-two-rank-abort")
@@ -490,7 +478,7 @@ def test_several_ranks_replay_on_the_real_code():
                if any(name in r.trace for name in MULTI_RANK)]
     assert len(results) >= 85
     departed = {(r.release, r.trace) for r in results if not r.reproduced}
-    assert departed <= BLACKLISTED | POLLED_AT_PREALLOC
+    assert departed <= BLACKLISTED
     assert sum(r.reproduced for r in results) >= 0.9 * len(results)
     for prop in ("commit-after-all-ranks", "ranks-stay-in-step", "drain-ack-reaches-every-rank"):
         assert any(r.reproduced for r in results if f"/{prop}-" in r.trace), prop

@@ -148,15 +148,49 @@ def test_nothing_is_dropped_when_the_handshake_raises():
     assert apply(ctx, quiet, Step("d_prealloc_drop", 1)) is not None
 
 
-def test_a_popped_room_raises_in_the_handshake_from_0_5_20_only():
-    """A waiting entry whose request_status entry another request popped:
-    0.5.20+ polls it in the handshake (KeyError); 0.5.19 skips the poll
-    while every entry waits, so the entry is preallocated."""
-    for name, raises in (("0.5.19", False), ("0.5.20", True), ("0.5.23", True)):
+def test_a_popped_room_raises_in_the_first_handshake_after_the_door():
+    """A new entry whose request_status entry another request popped: the
+    door only queues it, so the next pop_preallocated's handshake polls it
+    on every release (KeyError), 0.5.19 included (found by replaying the
+    prefill-TP traces on 0.5.19's code, where the model had taken the first
+    poll with the door)."""
+    for name in ("0.5.19", "0.5.20", "0.5.23"):
         ctx = Ctx(releases.get(name), CONCURRENT)
         s = set_d_room(ctx, run_steps(ctx, R0_WAITING), 0, status=None)
+        assert not s.d[0].waiting_for_input
+        assert apply(ctx, s, Step("d_poll_popped_room", 0)) is not None, name
+        assert apply(ctx, s, Step("d_prealloc", 0, (0, (0,)))) is None, name
+
+
+def test_0_5_19_skips_the_poll_once_a_handshake_marked_every_entry():
+    """0.5.19's handshake returns before polling while every entry is
+    waiting_for_input and none concluded Failed (dc 19:871-880): once a
+    scan has marked the entry, a popped room goes unnoticed there and the
+    entry is preallocated; 0.5.20+ poll it and raise."""
+    for name, raises in (("0.5.19", False), ("0.5.20", True), ("0.5.23", True)):
+        ctx = Ctx(releases.get(name), CONCURRENT)
+        s = set_d(run_steps(ctx, R0_WAITING), 0, waiting_for_input=True)
+        s = set_d_room(ctx, s, 0, status=None)
         assert (apply(ctx, s, Step("d_poll_popped_room", 0)) is not None) is raises, name
         assert (apply(ctx, s, Step("d_prealloc", 0, (0, (0,)))) is None) is raises, name
+
+
+def test_a_scan_that_admits_nothing_marks_the_waiting_entries_on_0_5_19_only():
+    """d_handshake is the pop_preallocated whose handshake marks entries and
+    which admits and drops none: with no page free it marks the waiting
+    entry on 0.5.19; no such step on 0.5.20+, whose handshake always polls."""
+    full = attrs.evolve(CONCURRENT, prompt_pages=(2, 1))
+    for name, marks in (("0.5.19", True), ("0.5.21", False)):
+        ctx = Ctx(releases.get(name), full)
+        s = run_steps(ctx, R0_WAITING)
+        taken = tuple(attrs.evolve(pg, owner=1) for pg in s.d_pages)
+        s = attrs.evolve(s, d_pages=taken)  # every page held by another request
+        step = Step("d_handshake", 0)
+        got = apply(ctx, s, step)
+        assert (got is not None) is marks, name
+        if marks:
+            after = got[0]
+            assert after.d[0].waiting_for_input and after.d[0].stage is DStage.PREALLOC
 
 
 def test_a_retracted_request_holds_back_the_prealloc_budget():

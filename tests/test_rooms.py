@@ -138,18 +138,17 @@ def test_a_failed_poll_clears_the_room_so_the_later_request_gets_in():
 def test_the_earlier_clear_pops_the_later_receivers_status_on_0_5_19():
     """0.5.19, deferral on: request 0 is held, request 1's receiver replaces
     the Failed entry, request 0's drain ack releases it and its clear() pops
-    the entry; request 1's next poll raises KeyError in the scheduler.  That
-    poll is the transfer queue's: 0.5.19's handshake skips the poll while
-    every prealloc entry waits (dc 19:871-879), so request 1 is preallocated
-    first (15 steps; 14 on 0.5.20+, where the handshake raises; found by the
-    decode_prealloc conformance seam)."""
+    the entry; request 1's first handshake poll, in the prealloc scan after
+    its door, raises KeyError in the scheduler (14 steps, as on 0.5.20+: the
+    door does not poll, so 0.5.19's skip of a waiting queue does not cover a
+    new entry; found by replaying the prefill-TP traces on 0.5.19's code)."""
     popped = properties.CATALOG["no-poll-of-popped-room"]
     ex = explore.explore(releases.get("0.5.19"), ROOM_REUSE, [popped])
     steps = [(s.action, s.rid) for s in ex.verdicts[popped.name].trace.steps]
-    assert len(steps) == 15 and steps[-1] == ("d_poll_popped_room", 1)
+    assert len(steps) == 14 and steps[-1] == ("d_poll_popped_room", 1)
     assert steps.index(("d_door", 1)) < steps.index(("d_recv_ack", 0))
     assert steps[-2:] == [("d_recv_ack", 0), ("d_poll_popped_room", 1)]
-    assert ("d_prealloc", 1) in steps
+    assert ("d_prealloc", 1) not in steps
 
 
 def test_a_late_status_is_dropped_only_while_no_receiver_has_the_room():

@@ -19,9 +19,7 @@ NOTES = ROOT / "notes/conformance.md"
 
 # why a trace departs, for the departures the notes explain
 DEPARTS = {("state", "xfer_dequeue"): "departs: the failed batch put decode's session on "
-                                      "Mooncake's failed list (probe off by default)",
-           ("error", "d_prealloc"): "departs: decode crashes a step early, at the handshake's "
-                                    "first poll (the model takes it at the door)"}
+                                      "Mooncake's failed list (probe off by default)"}
 
 
 def outcome(r) -> str:

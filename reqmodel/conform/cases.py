@@ -317,7 +317,10 @@ def prealloc_cases(ctx: Ctx, s) -> Iterable[Tuple[int, Tuple[dict, dict]]]:
             latched = d.receiver_state if d.receiver_state in (KVPoll.Success, KVPoll.Failed) else None
             entries.append({"tokens": tokens(d.origin_pages), "to_finish": kind(d.to_finish),
                             "finished_reason": kind(d.finished_reason),
-                            "waiting": d.receiver_state is KVPoll.WaitingForInput,
+                            # waiting_for_input: marked by a handshake poll
+                            # (where one can be skipped) or polled in this call
+                            "waiting": d.receiver_state is KVPoll.WaitingForInput
+                            and (d.waiting_for_input or ctx.release.handshake_polls_waiting),
                             "latched": kvcases.poll_name(latched),
                             "room": label[sc.room_id(r)]})
         inputs = {"entries": entries, "rooms": status, "pool_pages": sc.decode.pool_pages,

@@ -590,6 +590,14 @@ class Rig:
             if not done:
                 raise Diverged(f"pop_preallocated did not preallocate it ({len(failed)} failed)")
 
+    def d_handshake(self, r, params):
+        """0.5.19's ``pop_preallocated`` on every decode rank's whole prealloc
+        queue, whose handshake polls and marks the entries and which admits
+        and drops none of them."""
+        for done, failed in self._every_drank(lambda rank: rank.queue.pop_preallocated()):
+            if done or failed:
+                raise Diverged(f"pop_preallocated took {len(done)} and dropped {len(failed)}")
+
     def d_prealloc_splits(self, r, params):
         """Every decode rank's ``pop_preallocated``, each deciding from its
         own pools: the model says some ranks take the request and the
@@ -1211,7 +1219,7 @@ STEPS = ("p_intake", "d_intake", "p_door", "d_door", "d_prealloc", "p_recv_metad
          "p_abort", "d_abort", "p_recv_abort", "d_recv_ack", "d_poll_popped_room",
          "d_unexpected_poll", "p_unexpected_poll", "d_prealloc_drop", "d_deferred_timeout",
          "p_req_waiting_timeout", "xfer_fail", "xfer_stray_lands", "d_retract", "d_resume",
-         "d_waiting_timeout", "d_prealloc_splits")
+         "d_waiting_timeout", "d_prealloc_splits", "d_handshake")
 
 
 def replay(trace: Dict[str, Any]) -> Dict[str, Any]:

@@ -224,7 +224,8 @@ _STEPS: Dict[str, Dict[Optional[str], Tuple[str, ...]]] = {
         "release": ("d_deferred_timeout",),
         "resume": ("d_resume",),
         # every decode rank's loop at once, where their own pools decide apart
-        "prealloc": ("d_prealloc_drop", "d_unexpected_poll", "d_prealloc", "d_prealloc_splits"),
+        "prealloc": ("d_prealloc_drop", "d_unexpected_poll", "d_prealloc", "d_prealloc_splits",
+                     "d_handshake"),
         # the receiver's poll() notices its waiting timeout (mc 21:3031-3039)
         "transfer": ("d_transferred", "d_poll_popped_room", "d_waiting_timeout"),
         "batch": ("d_attend", "d_retract"),

@@ -175,6 +175,13 @@ class DecodeReq:
     # ``pop_preallocated`` (or resumed it) where their peers could not: the
     # ranks' queues differ from here on (``State.halted``)
     split: Tuple[int, ...] = attrs.field(default=(), metadata=ITF_OMIT)
+    # DecodeRequest.waiting_for_input: a handshake poll of the prealloc queue
+    # read WaitingForInput for it (dc 19:894-901); a new DecodeRequest at the
+    # door starts without it.  Kept where the release's handshake may skip
+    # its poll (0.5.19, dc 19:871-880), which it does only while every entry
+    # has it: the door does not poll, so a new entry is first polled by the
+    # next pop_preallocated (``actions.handshake``)
+    waiting_for_input: bool = attrs.field(default=False, metadata=ITF_OMIT)
     client_aborted: bool = False  # this worker has handled the client's abort
     session_slot: bool = False
     cache_handle: bool = False

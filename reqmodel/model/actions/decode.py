@@ -59,7 +59,7 @@ def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s, polled = receiver_init(c, s, r)
     latched = polled if polled in (KVPoll.Failed, KVPoll.Success) else KVPoll.WaitingForInput
     s = set_d(s, r, stage=DStage.PREALLOC, has_receiver=True,
-              receiver_state=latched, notified=(), held=())
+              receiver_state=latched, notified=(), held=(), waiting_for_input=False)
     return s, (Acquire(r, "decode", "receiver"),)
 
 
@@ -86,8 +86,8 @@ def d_prealloc_drop(c: Ctx, s: State, r: int, arg=()) -> Effect:
     (the decode loop's return, ``processes.DECODE_LOOP``)."""
     req = s.d[r]
     reason = req.finished_reason if (req.finished_reason and req.finished_reason.is_abort) else ABORT_500
-    s = set_d(receiver_clear(c, s, r), r, stage=DStage.GONE, finished_reason=reason,
-              has_receiver=False, cache_handle=False, session_slot=False)
+    s = set_d(receiver_clear(c, handshake(c, s), r), r, stage=DStage.GONE,
+              finished_reason=reason, has_receiver=False, cache_handle=False, session_slot=False)
     return stream_d(s, r, reason.status)
 
 
@@ -112,12 +112,29 @@ def _handshake_polls(c: Ctx, s: State) -> bool:
     """``_update_handshake_waiters`` polls the whole prealloc queue at every
     ``pop_preallocated`` from 0.5.20 (dc 20:887-905); 0.5.19 skips the poll
     while every entry is ``waiting_for_input`` and none concluded Failed (dc
-    19:871-879).  The model's ``d_door`` is the add and the entry's first
-    handshake poll at once: an entry is waiting when that poll read
-    WaitingForInput."""
+    19:871-879).  An entry is waiting once a handshake poll read
+    WaitingForInput for it (``DecodeReq.waiting_for_input``): the door only
+    queues a new ``DecodeRequest`` (``add``, dc 19:709), so the first
+    ``pop_preallocated`` after it always polls.  (The model took that first
+    poll with the door until replaying the prefill-TP traces on 0.5.19's
+    code showed the crash one scan earlier.)"""
     return c.release.handshake_polls_waiting or any(
         d.stage is DStage.PREALLOC and d.has_receiver
-        and d.receiver_state is not KVPoll.WaitingForInput for d in s.d)
+        and (d.receiver_state is not KVPoll.WaitingForInput or not d.waiting_for_input)
+        for d in s.d)
+
+
+def handshake(c: Ctx, s: State) -> State:
+    """The flags the handshake's poll leaves: every entry whose poll read
+    WaitingForInput is ``waiting_for_input`` (dc 19:899-901).  Only where a
+    handshake may skip its poll (0.5.19); elsewhere nothing reads them."""
+    if c.release.handshake_polls_waiting or not _handshake_polls(c, s):
+        return s
+    for u, d in enumerate(s.d):
+        if (d.stage is DStage.PREALLOC and d.has_receiver and not d.waiting_for_input
+                and receiver_poll(c, s, u) == KVPoll.WaitingForInput):
+            s = set_d(s, u, waiting_for_input=True)
+    return s
 
 
 def _handshake_sees_success(c, s, r):
@@ -197,6 +214,7 @@ def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
     prefix, chosen = arg[:2]
     req = s.d[r]
     slot = arg[2] if len(arg) > 2 else slot_choices(s)[0]
+    s = handshake(c, s)
     pages = list(s.d_pages)
     for pg in chosen:
         pages[pg] = replace(pages[pg], owner=r)

@@ -16,7 +16,7 @@ from typing import Tuple
 
 from reqmodel.model.actions.core import action, Ctx, Effect, Needs, set_d
 from reqmodel.model.actions.decode import (_prealloc_need, _radix_hit_possible, _scanned,
-                                           handshake_raises)
+                                           handshake, handshake_raises)
 from reqmodel.model.actions.dpool import retracted_reserve
 from reqmodel.model.actions.kvmanager import all_ranks
 from reqmodel.model.events import RanksSplit
@@ -76,5 +76,5 @@ def d_prealloc_splits(c: Ctx, s: State, r: int, arg=()) -> Effect:
     hit = 1 if _radix_hit_possible(c, s.d[r]) else 0
     req = s.d[r]
     took, kept = rank_split(c, s, _prealloc_need(c, req, hit), _prealloc_need(c, req, 0), True)
-    s = set_d(s, r, split=took)
+    s = set_d(handshake(c, s), r, split=took)
     return s, (RanksSplit(r, "decode", "pop_preallocated", took, kept),)
