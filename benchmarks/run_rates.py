@@ -31,8 +31,8 @@ def swarm(draw):
     """``draw_schedule`` with swarm testing over event families."""
     flag = {a.name: a.event_flag for a in ACTIONS if a.event_flag is not None}
 
-    def drawn(rnd, sc):
-        timers, rank, delayed = draw(rnd, sc)
+    def drawn(rnd, sc, release=None):
+        timers, rank, delayed = draw(rnd, sc, release)
         families = sorted({flag[a] for a, _ in timers})
         off = {f for f in families if rnd.random() < 0.5}
         return {k: t for k, t in timers.items() if flag[k[0]] not in off}, rank, delayed

@@ -342,7 +342,6 @@ class Rig:
     def _abort_side(self, s, mode, answers, reqs, echoed):
         """What the real ``abort_request`` reads on a scheduler: the echo to
         the tokenizer manager is a spy that records the answer."""
-        rig = self
         s.disaggregation_mode = mode
         s.ps = adapter._PARALLEL
         s.mm_receiver = None
@@ -469,27 +468,23 @@ class Rig:
         req.kv.req_pool_idx = None
 
     # ---------------------------------------------------------------- steps
-    def p_intake(self, r, params):
-        p = self.cfg["prefill"]
-        for rank in self.P:
+    def _intake(self, ranks, role: Dict[str, Any], r: int):
+        """Every rank of a role takes the request in: its own ``Req``, and
+        ``validate_input_length`` against the role's limit."""
+        for rank in ranks:
             req = adapter.make_req(f"r{r}", self.cfg["tokens"][r], self.rooms[r], host=p_ip(0))
-            err = mu.validate_input_length(req, (p["intake_limit_pages"] - 1) * PAGE + 2,
-                                           p["auto_truncate"])
+            err = mu.validate_input_length(req, (role["intake_limit_pages"] - 1) * PAGE + 2,
+                                           role["auto_truncate"])
             if err:
                 req.set_finish_with_abort(err)
             rank.req[r] = req
             rank.rejected[r] = bool(err)
 
+    def p_intake(self, r, params):
+        self._intake(self.P, self.cfg["prefill"], r)
+
     def d_intake(self, r, params):
-        d = self.cfg["decode"]
-        for rank in self.D:
-            req = adapter.make_req(f"r{r}", self.cfg["tokens"][r], self.rooms[r], host=p_ip(0))
-            err = mu.validate_input_length(req, (d["intake_limit_pages"] - 1) * PAGE + 2,
-                                           d["auto_truncate"])
-            if err:
-                req.set_finish_with_abort(err)
-            rank.req[r] = req
-            rank.rejected[r] = bool(err)
+        self._intake(self.D, self.cfg["decode"], r)
 
     def p_door(self, r, params):
         for rank in self.P:

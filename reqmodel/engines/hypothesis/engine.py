@@ -317,7 +317,8 @@ def machine(release: Release, scenario, props: Sequence[Property],
         # example's choices, so a replay gets the same schedule
         salt = ";".join(self._history)
         self._rnd = random.Random(f"{seed}|{salt}")
-        self._timers, self._rank, self._delayed = draw_schedule(self._rnd, self.scenario)
+        self._timers, self._rank, self._delayed = draw_schedule(self._rnd, self.scenario,
+                                                                self.ctx.release)
         stats.runs += 1
 
     ns["start"] = precondition(lambda self: self.state is None or quiescent(self))(
@@ -367,7 +368,8 @@ def machine(release: Release, scenario, props: Sequence[Property],
         return precondition(lambda self: bool(enabled_rids(self)))(rule(data=st.data())(fire))
 
     for a in ACTIONS:
-        ns[a.name] = make_rule(a)
+        if a.on(release):  # a step the release's code does not have is no rule
+            ns[a.name] = make_rule(a)
 
     def teardown(self):
         # targeted phase (thorough only, see _NO_SHRINK): steer towards runs
@@ -423,10 +425,14 @@ class EnabledRules(shim.RuleStrategy):
 
 
 @functools.lru_cache(maxsize=64)
-def _run_space(sc: Scenario):
-    pairs = tuple((a.name, r) for a in ACTIONS if a.event_flag is None for r in range(sc.n))
+def _run_space(sc: Scenario, release: Optional[Release] = None):
+    """The (action, request) pairs, threads and scenario events a schedule
+    orders; a step the release's code does not have (``Action.on``) is in no
+    schedule of that release."""
+    acts = [a for a in ACTIONS if release is None or a.on(release)]
+    pairs = tuple((a.name, r) for a in acts if a.event_flag is None for r in range(sc.n))
     threads = tuple((w, r) for w in THREADS for r in range(sc.n))
-    events = tuple((a.name, r) for a in ACTIONS if a.event_flag is not None
+    events = tuple((a.name, r) for a in acts if a.event_flag is not None
                    for r in range(sc.n) if sc.events.on(a.event_flag, r))
     return pairs, threads, events
 
@@ -436,7 +442,7 @@ def _run_space(sc: Scenario):
 OVERTAKEN = "overtaken"
 
 
-def draw_schedule(rnd: random.Random, sc: Scenario):
+def draw_schedule(rnd: random.Random, sc: Scenario, release: Optional[Release] = None):
     """One run's schedule: ``(timers, rank, delayed)``.
 
     * timers: for each scenario event, the step of its request's life (on the
@@ -448,7 +454,7 @@ def draw_schedule(rnd: random.Random, sc: Scenario):
       (action, request) pairs wait, a third each, until a step in [0, 40],
       until nothing else can move, or until another request has taken the
       same step (``OVERTAKEN``); ``rank`` is None."""
-    pairs, threads, events = _run_space(sc)
+    pairs, threads, events = _run_space(sc, release)
     timers = {e: rnd.randint(0, EVENT_HORIZON + 1) for e in events}
     if rnd.random() < 0.5:
         order = list(pairs)

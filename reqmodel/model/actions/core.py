@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 import attrs
 
@@ -31,8 +31,8 @@ class Ctx:
     def candidates(self) -> Tuple[Tuple["Action", int], ...]:
         got = self._candidates
         if got is None:
-            got = tuple((a, r) for a in ACTIONS for r in range(self.scenario.n)
-                        if a.allowed(self.scenario, r))
+            got = tuple((a, r) for a in ACTIONS if a.on(self.release)
+                        for r in range(self.scenario.n) if a.allowed(self.scenario, r))
             object.__setattr__(self, "_candidates", got)
         return got
 
@@ -134,6 +134,13 @@ class Action:
     crash: bool = False
     # what the guard requires first, as data the engines index (``Needs``)
     needs: Optional[Needs] = None
+    # the releases whose code has the step at all, from their records (None:
+    # every release); elsewhere it is no candidate and no sampling rule
+    releases: Optional[Callable[[Any], bool]] = None
+
+    def on(self, release) -> bool:
+        """The step exists in ``release``'s code."""
+        return self.releases is None or self.releases(release)
 
     @property
     def doc(self) -> str:
@@ -201,7 +208,8 @@ def _loop_gated(name: str, guard: Callable) -> Callable:
 def action(actor: str, guard: Callable, choices: Callable = None, event: str = None,
            arg_names: Tuple[str, ...] = (), optional_args: int = 0, worker: str = None,
            timeout: str = None, seam: str = None, environment: bool = None,
-           follows: Callable = None, crash: bool = False, needs: Needs = None):
+           follows: Callable = None, crash: bool = False, needs: Needs = None,
+           releases: Callable = None):
     """Register an action: ``guard(ctx, s, rid) -> bool`` first, effect below.
 
     ``worker`` defaults to the actor for the schedulers' actions and to
@@ -233,7 +241,7 @@ def action(actor: str, guard: Callable, choices: Callable = None, event: str = N
                    names,
                    len(names) if names in (RANK_ARG, PRANK_ARG, CHANNEL_ARG) else optional_args,
                    worker, timeout, seam, event is not None if environment is None else environment,
-                   follows, crash, needs)
+                   follows, crash, needs, releases)
         ACTIONS.append(a)
         BY_NAME[a.name] = a
         return fn

@@ -26,11 +26,16 @@ def _unmarked(c: Ctx, s: State, u: int) -> bool:
             and receiver_poll(c, s, u) == KVPoll.WaitingForInput)
 
 
+def _can_skip(release) -> bool:
+    """The release's handshake may skip its poll (its record)."""
+    return not release.handshake_polls_waiting
+
+
 def _marks(c, s, r):
     """The handshake would mark an entry (r, the first such, stands for the
     scan), it raises nothing, and the call drops and admits nothing (a call
     that would is ``d_prealloc_drop`` or ``d_prealloc``, which mark too)."""
-    if c.release.handshake_polls_waiting or not _unmarked(c, s, r):
+    if not _can_skip(c.release) or not _unmarked(c, s, r):
         return False
     if any(_unmarked(c, s, u) for u in range(r)):
         return False
@@ -39,7 +44,7 @@ def _marks(c, s, r):
             and not any(_scanned(c, s, u) or _can_prealloc(c, s, u) for u in queued))
 
 
-@action("decode", guard=_marks, needs=Needs(d={DStage.PREALLOC}))
+@action("decode", guard=_marks, needs=Needs(d={DStage.PREALLOC}), releases=_can_skip)
 def d_handshake(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """D2 ``pop_preallocated`` whose handshake polls the prealloc queue
     (``poll_and_all_reduce``, dc 19:889-892) and marks every entry whose
