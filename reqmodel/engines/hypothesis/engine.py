@@ -481,7 +481,8 @@ def answered(s) -> int:
 
 def rules_of(M: type) -> Dict[str, object]:
     """A generated machine's Hypothesis rules by name (``start`` and one per
-    action), for driving it outside Hypothesis: ``rules_of(M)[name].function``."""
+    action the release's code has), for driving it outside Hypothesis:
+    ``rules_of(M)[name].function``."""
     return {n: getattr(M, n).hypothesis_stateful_rule for n in dir(M)
             if hasattr(getattr(M, n), "hypothesis_stateful_rule")}
 
