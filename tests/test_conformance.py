@@ -15,6 +15,7 @@ import pytest
 from reqmodel import conform
 from reqmodel.model import releases
 from reqmodel.conform import cases as cases_mod
+from reqmodel.conform import traces as traces_mod
 
 pytestmark = pytest.mark.conformance
 RELEASES = releases.NAMES
@@ -439,8 +440,6 @@ BLACKLISTED = {(rel, f"counterexamples/{rel}/no-foreign-kv-read-{sc}.itf.json")
                for sc in ("transfer-failure", "room-reuse-three", "prefill-tp-failure")}
 
 
-def _flat(x):
-    return [y for v in x for y in (v if isinstance(v, list) else [v])]
 
 
 def test_no_corpus_trace_departs_from_its_own_release_code():
@@ -457,7 +456,7 @@ def test_no_corpus_trace_departs_from_its_own_release_code():
         d = r.divergence
         if (r.release, r.trace) in BLACKLISTED:
             assert (d["why"], d["action"]) == ("state", "xfer_dequeue")
-            assert "Failed" in _flat([d["differs"]["p_room"]["real"][d["rid"]]])
+            assert "Failed" in traces_mod._flat([d["differs"]["p_room"]["real"][d["rid"]]])
     assert sum(r.reproduced for r in results) >= 290
 
 

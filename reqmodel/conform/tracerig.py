@@ -867,15 +867,18 @@ class Rig:
         handshake while r is in the prealloc queue, else the transfer poll."""
         rank = self.D[0]
         if any(e.req is rank.req[r] for e in rank.queue.queue):
-            return lambda: self._every_drank(lambda k: k.queue._update_handshake_waiters())
+            return self._handshake_all
         return lambda: self.d_transferred(r, {})
+
+    def _handshake_all(self):
+        """Every decode rank's ``_update_handshake_waiters`` at once."""
+        self._every_drank(lambda rank: rank.queue._update_handshake_waiters())
 
     def d_poll_popped_room(self, r, params):
         self._crash("d", r, self._decode_scan(r), KeyError, "")
 
     def d_unexpected_poll(self, r, params):
-        self._crash("d", r, lambda: self._every_drank(
-            lambda k: k.queue._update_handshake_waiters()), ValueError, "Unexpected poll case")
+        self._crash("d", r, self._handshake_all, ValueError, "Unexpected poll case")
 
     def p_unexpected_poll(self, r, params):
         rank = self.P[0]

@@ -124,16 +124,22 @@ def _handshake_polls(c: Ctx, s: State) -> bool:
         for d in s.d)
 
 
+def unmarked(c: Ctx, s: State, u: int) -> bool:
+    """Entry u is in the prealloc queue, not yet ``waiting_for_input``, and
+    its poll reads WaitingForInput: the handshake would mark it."""
+    d = s.d[u]
+    return (d.stage is DStage.PREALLOC and d.has_receiver and not d.waiting_for_input
+            and receiver_poll(c, s, u) == KVPoll.WaitingForInput)
+
+
 def handshake(c: Ctx, s: State) -> State:
     """The flags the handshake's poll leaves: every entry whose poll read
     WaitingForInput is ``waiting_for_input`` (dc 19:899-901).  Only where a
     handshake may skip its poll (0.5.19); elsewhere nothing reads them."""
     if c.release.handshake_polls_waiting or not _handshake_polls(c, s):
         return s
-    for u, d in enumerate(s.d):
-        if (d.stage is DStage.PREALLOC and d.has_receiver and not d.waiting_for_input
-                and receiver_poll(c, s, u) == KVPoll.WaitingForInput):
-            s = set_d(s, u, waiting_for_input=True)
+    for u in [u for u in range(len(s.d)) if unmarked(c, s, u)]:
+        s = set_d(s, u, waiting_for_input=True)
     return s
 
 

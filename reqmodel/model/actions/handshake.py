@@ -15,15 +15,8 @@ from __future__ import annotations
 
 from reqmodel.model.actions.core import action, Ctx, Effect, Needs
 from reqmodel.model.actions.decode import (_can_prealloc, _handshake_polls, _scanned, handshake,
-                                           handshake_raises)
-from reqmodel.model.actions.kvmanager import receiver_poll
-from reqmodel.model.state import DStage, KVPoll, State
-
-
-def _unmarked(c: Ctx, s: State, u: int) -> bool:
-    d = s.d[u]
-    return (d.stage is DStage.PREALLOC and d.has_receiver and not d.waiting_for_input
-            and receiver_poll(c, s, u) == KVPoll.WaitingForInput)
+                                           handshake_raises, unmarked)
+from reqmodel.model.state import DStage, State
 
 
 def _can_skip(release) -> bool:
@@ -35,9 +28,9 @@ def _marks(c, s, r):
     """The handshake would mark an entry (r, the first such, stands for the
     scan), it raises nothing, and the call drops and admits nothing (a call
     that would is ``d_prealloc_drop`` or ``d_prealloc``, which mark too)."""
-    if not _can_skip(c.release) or not _unmarked(c, s, r):
+    if not _can_skip(c.release) or not unmarked(c, s, r):
         return False
-    if any(_unmarked(c, s, u) for u in range(r)):
+    if any(unmarked(c, s, u) for u in range(r)):
         return False
     queued = [u for u, d in enumerate(s.d) if d.stage is DStage.PREALLOC]
     return (_handshake_polls(c, s) and handshake_raises(c, s) is None
