@@ -432,31 +432,16 @@ def corpus_on_own_release():
     return traces.run(ROOT, sorted(glob.glob("counterexamples/0.5.*/*.itf.json")))
 
 
-# the traces whose request after a failed write transfers to the same decode
-# session: Mooncake lists the session as failed, and with the failed-session
-# probe off (up to 0.5.22's default) the next chunk fails early
-BLACKLISTED = {(rel, f"counterexamples/{rel}/no-foreign-kv-read-{sc}.itf.json")
-               for rel in ("0.5.19", "0.5.20", "0.5.21")
-               for sc in ("transfer-failure", "room-reuse-three", "prefill-tp-failure")}
-
-
-
-
 def test_no_corpus_trace_departs_from_its_own_release_code():
-    """Every corpus trace, on its own release's code with its defaults: a
-    step the rig drives departs from the model only in the traces that need
-    decode's session off prefill's failed list (where the departure is the
-    next request's chunk failing early); every other trace reproduces, agrees
-    to the end (violation not read), or stops where the rig drives nothing."""
+    """Every corpus trace, on its own release's code with its defaults: each
+    step the rig drives agrees with the model; a trace reproduces, agrees to
+    the end (violation not read), or stops where the rig drives nothing.
+    (Before the model had Mooncake's failed-session list, nine traces
+    departed here: the next request's chunk failed early on the real code.)"""
     results = corpus_on_own_release()
-    bad = {(r.release, r.trace) for r in results
+    bad = {(r.release, r.trace): r.divergence for r in results
            if r.divergence and r.divergence["why"] not in ("not-driven", "unread")}
-    assert bad == BLACKLISTED
-    for r in results:
-        d = r.divergence
-        if (r.release, r.trace) in BLACKLISTED:
-            assert (d["why"], d["action"]) == ("state", "xfer_dequeue")
-            assert "Failed" in traces_mod._flat([d["differs"]["p_room"]["real"][d["rid"]]])
+    assert bad == {}
     assert sum(r.reproduced for r in results) >= 290
 
 
@@ -477,7 +462,7 @@ def test_several_ranks_replay_on_the_real_code():
                if any(name in r.trace for name in MULTI_RANK)]
     assert len(results) >= 85
     departed = {(r.release, r.trace) for r in results if not r.reproduced}
-    assert departed <= BLACKLISTED
+    assert departed == set()
     assert sum(r.reproduced for r in results) >= 0.9 * len(results)
     for prop in ("commit-after-all-ranks", "ranks-stay-in-step", "drain-ack-reaches-every-rank"):
         assert any(r.reproduced for r in results if f"/{prop}-" in r.trace), prop
@@ -524,19 +509,105 @@ def test_the_ranks_collective_reduces_and_reports_a_rank_that_does_not_come():
     assert got["sizes"].startswith("error all-reduce sizes differ")
 
 
-def test_with_the_failed_session_probe_the_late_write_reproduces(monkeypatch):
-    """SGLANG_ENABLE_FAILED_SESSION_PROBE=1 (0.5.23's default): the probe
-    takes decode's session off the failed list and the stray write of the
-    failed batch lands in the page the next request attends over."""
+def _path_through(rel: str, sc_name: str, action: str, then: str):
+    """The shortest model path of ``sc_name`` on ``rel`` whose last step is
+    ``action``, followed by ``then`` on the same request when enabled."""
+    from reqmodel.engines.exhaustive import Trace
+    from reqmodel.model import scenario as scenario_mod
+    from reqmodel.model.actions import core
+    sc = scenario_mod.builtin(sc_name)
+    ctx = core.Ctx(releases.get(rel), sc)
+    s0 = core.initial_state(sc)
+    parent = {s0: None}
+    frontier = [s0]
+    while frontier:
+        nxt = []
+        for s in frontier:
+            for step, s2, evs in core.successors(ctx, s):
+                if s2 in parent:
+                    continue
+                parent[s2] = (s, step, evs)
+                if step.action == action:
+                    path = [(step, s2, evs)]
+                    back = s
+                    while parent[back] is not None:
+                        prev, st, ev = parent[back]
+                        path.append((st, back, ev))
+                        back = prev
+                    path.reverse()
+                    follow = next((x for x in core.successors(ctx, s2)
+                                   if x[0].action == then and x[0].rid == step.rid), None)
+                    if follow is not None:
+                        path.append(follow)
+                    return sc, Trace(rel, sc_name, "no-foreign-kv-read",
+                                     tuple(x[0] for x in path), (s0,) + tuple(x[1] for x in path),
+                                     tuple(x[2] for x in path), "state")
+                nxt.append(s2)
+        frontier = nxt
+    raise AssertionError(f"{action} is not reachable on {sc_name} {rel}")
+
+
+@pytest.mark.parametrize("rel", ["0.5.19", "0.5.21", "0.5.23"])
+def test_a_listed_session_fails_the_next_chunk_early_on_the_real_code(rel, tmp_path):
+    """A failed batch lists decode's session on the real manager, and the
+    next request's chunk to it fails at once (xfer_session_failed), its
+    Failed report reaching decode: every step agrees with the real code."""
     from reqmodel.conform import traces
-    monkeypatch.setenv("SGLANG_ENABLE_FAILED_SESSION_PROBE", "1")
-    got = traces.run(ROOT, sorted(t for _, t in BLACKLISTED))
-    assert all(r.reproduced for r in got), [(r.trace, r.divergence) for r in got]
+    from reqmodel.traces import itf
+    sc, t = _path_through(rel, "transfer-failure", "xfer_session_failed", "d_recv_status")
+    assert t.steps[-2].action == "xfer_session_failed" and t.steps[-1].action == "d_recv_status"
+    path = tmp_path / rel / "early-exit.itf.json"
+    itf.write(path, t, sc)
+    (got,) = traces.run(ROOT, [str(path)])
+    assert got.replayed == len(t.steps), got.divergence
+
+
+@pytest.fixture(scope="module")
+def failed_list_replays(tmp_path_factory):
+    """Every release's model-generated cases of the failed-session list
+    (conform/pathcases.py), each replayed on its release's code."""
+    from reqmodel.conform import pathcases
+    from reqmodel.traces import itf
+    root = tmp_path_factory.mktemp("failed-list")
+    paths = []
+    for rel in RELEASES:
+        for i, (sc, t) in enumerate(pathcases.failed_list_cases(releases.get(rel))):
+            path = root / rel / f"case{i:03d}-{sc.name}-{t.steps[-1].action}.itf.json"
+            itf.write(path, t, sc)
+            paths.append(str(path))
+    return traces_mod.run(ROOT, paths)
+
+
+@pytest.mark.parametrize("rel", RELEASES)
+def test_the_failed_session_list_agrees_with_the_real_code_on_model_paths(rel,
+                                                                         failed_list_replays):
+    """At least 100 cases per release: the shortest paths to states where a
+    failed batch lists decode's session (xfer_fail), a chunk to a listed
+    session fails early (xfer_session_failed), or a probe pass takes it off
+    (p_probe_failed_sessions), on transfer-failure(-probe), room-reuse-three
+    and prefill-tp-failure; every step of every case agrees with the real
+    code, the last one included."""
+    got = [r for r in failed_list_replays if r.release == rel]
+    assert len(got) >= 100
+    bad = [(r.trace, r.divergence) for r in got if r.replayed != r.steps]
+    assert bad == []
+    from reqmodel.conform import pathcases
+    ends = {r.trace.rsplit("-", 1)[1].split(".")[0] for r in got}
+    assert ends == set(pathcases.FAILED_LIST_STEPS)
+
+
+def test_with_the_failed_session_probe_the_late_write_reproduces():
+    """With the probe on (transfer-failure-probe) the real probe pass takes
+    decode's session off the failed list, and the late write of the failed
+    batch lands in the page the next request attends over, on 0.5.19-0.5.21."""
+    probe = [r for r in corpus_on_own_release()
+             if r.trace.endswith("/no-foreign-kv-read-transfer-failure-probe.itf.json")]
+    assert {r.release for r in probe} == {"0.5.19", "0.5.20", "0.5.21"}
+    assert all(r.reproduced for r in probe), [(r.trace, r.divergence) for r in probe]
 
 
 def test_every_no_foreign_kv_read_trace_the_rig_drives_reproduces():
-    results = [r for r in corpus_on_own_release() if "/no-foreign-kv-read-" in r.trace
-               and (r.release, r.trace) not in BLACKLISTED]
+    results = [r for r in corpus_on_own_release() if "/no-foreign-kv-read-" in r.trace]
     driven = [r for r in results if r.divergence is None or r.divergence["why"] != "not-driven"]
     assert len(driven) >= 5
     assert all(r.reproduced for r in driven), [r.trace for r in driven if not r.reproduced]

@@ -41,7 +41,7 @@ def test_descriptions_read_as_before():
 
 
 @pytest.mark.parametrize("rel,name", [("0.5.19", "incident"), ("0.5.21", "room-reuse-three"),
-                                      ("0.5.19", "prefill-tp-failure")])
+                                      ("0.5.19", "prefill-tp")])
 def test_event_indexed_transition_properties_give_the_unindexed_verdicts(rel, name):
     """The explorer checks a property written with ``properties.every`` only
     on steps that carry one of its event classes.  Checked on every step

@@ -140,11 +140,12 @@ def test_one_rank_traces_keep_their_shape_and_two_rank_traces_name_the_rank():
     """Fields that only several prefill ranks use are left out at their
     default, so one-rank trace files read as before."""
     rel = releases.get("0.5.19")
-    one = itf.to_itf(trace(rel, scenario.builtin("transfer-failure"), READ).trace,
-                     scenario.builtin("transfer-failure"))
+    probe = scenario.builtin("transfer-failure-probe")
+    one = itf.to_itf(trace(rel, probe, READ).trace, probe)
     text = json.dumps(one)
     assert '"prank"' not in text and '"slice_writers"' not in text
-    two = itf.to_itf(trace(rel, FAILURE, READ).trace, FAILURE)
+    two = itf.to_itf(trace(rel, FAILURE, properties.CATALOG["no-reuse-during-inflight-write"]
+                           ).trace, FAILURE)
     text = json.dumps(two)
     assert '"prank"' in text and '"slice_writers"' in text
     assert two["#meta"]["scenario_config"]["prefill"]["ranks"] == 2

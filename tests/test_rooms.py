@@ -245,10 +245,15 @@ def test_a_transfer_failure_is_the_named_requests_own():
         Step("d_recv_ack", 0), Step("d_door", 1), Step("d_prealloc", 1, (0, (0,))),
         Step("p_recv_metadata", 1), Step("p_pop_bootstrapped", 1), Step("p_forward", 1),
         Step("p_result", 1)], s)
-    # the room takes request 1's chunk now: no failure under request 0's name
+    # the room takes request 1's chunk now: no failure under request 0's name;
+    # request 0's failure listed decode's session as failed (mc 19:1869-1874),
+    # so request 1's chunk fails early (mc 19:1722-1736), under its own name
     assert s.rooms[0].status == KVPoll.WaitingForInput and s.msgs("chunk", 1)
     assert not fail.enabled(ctx, s, 0)
-    s = run_steps(ctx, [Step("xfer_dequeue", 1)], s)  # request 1's write, not 0's
+    assert s.failed_sessions == ((-1, 0, 0),)
+    assert not actions.BY_NAME["xfer_dequeue"].enabled(ctx, s, 1)
+    s = run_steps(ctx, [Step("xfer_session_failed", 1)], s)
+    assert s.rooms[0].status == KVPoll.Failed and not s.msgs("write", 1)
     assert not fail.enabled(ctx, s, 0)
 
 

@@ -28,6 +28,7 @@ from reqmodel.model.scenario import Events, Scenario
 
 DEFERRED = "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE"
 WAITING = "SGLANG_REQ_WAITING_TIMEOUT"
+PROBE = "SGLANG_ENABLE_FAILED_SESSION_PROBE"
 
 # traffic the audit cannot see in the flags: the client's and the router's
 # behaviour.  Each is checked only when the operator says it happens
@@ -69,6 +70,8 @@ class Settings:
     deferred_release: bool
     layouts_match: bool
     notes: Tuple[str, ...]
+    # prefill's failed-session probe (its Mooncake manager, mc 19:273-285)
+    failed_session_probe: bool = False
 
 
 def settings(rel: Release, p: Role, d: Role) -> Settings:
@@ -80,8 +83,9 @@ def settings(rel: Release, p: Role, d: Role) -> Settings:
     # deferred decode KV release: the variable on decode, and (0.5.21+) the
     # backend's supports_deferred_decode_kv_release (cc 21:184-187, mc 21:221)
     deferred = bool(d.env.get(DEFERRED, rel.deferred_release_default))
+    probe = bool(p.env.get(PROBE, rel.failed_session_probe_default))
     return Settings(p.auto_truncate, d.auto_truncate, p.kv_checksum, d.kv_checksum, d.overlap,
-                    deferred, p.layout == d.layout, tuple(notes))
+                    deferred, p.layout == d.layout, tuple(notes), probe)
 
 
 def _apply(sc: Scenario, st: Settings, name: str, truncate: bool = True) -> Scenario:
@@ -94,7 +98,8 @@ def _apply(sc: Scenario, st: Settings, name: str, truncate: bool = True) -> Scen
         pre = attrs.evolve(pre, auto_truncate=st.p_auto_truncate)
         dec = attrs.evolve(dec, auto_truncate=st.d_auto_truncate)
     sc = attrs.evolve(sc, name=name, prefill=pre, decode=dec,
-                      deferred_release=st.deferred_release, layouts_match=st.layouts_match)
+                      deferred_release=st.deferred_release, layouts_match=st.layouts_match,
+                      failed_session_probe=st.failed_session_probe)
     return sc_mod.from_dict(sc_mod.to_dict(sc), origin=name)
 
 

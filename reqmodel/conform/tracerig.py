@@ -743,6 +743,12 @@ class Rig:
             self._count_report(rank, frame)
             self._to_decode(rank, frame)
 
+    def d_drop_late_status(self, r, params):
+        """A status report for a room decode no longer tracks reaches each
+        decode rank's thread, whose real handler drops it (or, on 0.5.19,
+        does not re-create the room)."""
+        self.d_recv_status(r, params)
+
     def _count_report(self, rank: DecodeRank, frame):
         """Note whose Success report the rank's thread is about to count."""
         room, status, _ = kvadapter._parse_status(rank.mgr, frame)
@@ -930,14 +936,11 @@ class Rig:
 
     def xfer_fail(self, r, params):
         """With r's write in flight, its batch times out (the engine returns
-        -1 and keeps the blocks, which land at ``xfer_stray_lands``);
-        otherwise the worker takes r's chunk and finds decode's session
-        failed.  Either way Mooncake now lists decode's session as failed,
-        and every later chunk for it fails early until the failed-session
-        probe (``SGLANG_ENABLE_FAILED_SESSION_PROBE``: off up to 0.5.22, on
-        in 0.5.23) takes it off the list: where the probe runs, the rig
-        lets its real pass succeed right after the failure (the timing the
-        model assumes: decode's session recovers before the next chunk)."""
+        -1 and keeps the blocks, which land at ``xfer_stray_lands``), and the
+        real worker lists decode's session as failed; otherwise decode's
+        session failed on traffic the trace does not show: the rig lists
+        every decode rank's session, and the worker takes r's chunk and
+        finds it there."""
         rank = self._prank(params)
         if rank.gate.at_engine():
             rank.engine.failing = True
@@ -948,9 +951,18 @@ class Rig:
         else:
             rank.mgr.failed_sessions.update(f"{d_ip(k)}:{d_port(k)}" for k in range(len(self.D)))
             rank.gate.dequeue()
-        if _probe_enabled():
-            rank.engine.send_probe = lambda session_id: 0
-            rank.mgr._run_one_probe_pass()
+
+    def xfer_session_failed(self, r, params):
+        """The worker takes r's chunk; the real failed list, which an earlier
+        failed batch filled, makes it fail early."""
+        self._prank(params).gate.dequeue()
+
+    def p_probe_failed_sessions(self, r, params):
+        """One pass of the rank's real probe loop (``_run_one_probe_pass``)
+        with every listed decode session answering its probe."""
+        rank = self._prank(params)
+        rank.engine.send_probe = lambda session_id: 0
+        rank.mgr._run_one_probe_pass()
 
     def xfer_stray_lands(self, r, params):
         engine = self._prank(params).engine
@@ -1178,11 +1190,6 @@ def _slices(writer) -> List[Optional[int]]:
     return writer if isinstance(writer, list) else [writer]
 
 
-def _probe_enabled() -> bool:
-    flag = getattr(mc.envs, "SGLANG_ENABLE_FAILED_SESSION_PROBE", None)
-    return bool(flag is not None and flag.get())
-
-
 def _default_allocation_policy() -> Optional[str]:
     get_disagg = getattr(kvadapter.cc, "get_disagg", None)
     if get_disagg is None:
@@ -1217,7 +1224,8 @@ STEPS = ("p_intake", "d_intake", "p_door", "d_door", "d_prealloc", "p_recv_metad
          "p_abort", "d_abort", "p_recv_abort", "d_recv_ack", "d_poll_popped_room",
          "d_unexpected_poll", "p_unexpected_poll", "d_prealloc_drop", "d_deferred_timeout",
          "p_req_waiting_timeout", "xfer_fail", "xfer_stray_lands", "d_retract", "d_resume",
-         "d_waiting_timeout", "d_prealloc_splits", "d_handshake")
+         "d_waiting_timeout", "d_prealloc_splits", "d_handshake", "xfer_session_failed",
+         "p_probe_failed_sessions", "d_drop_late_status")
 
 
 def replay(trace: Dict[str, Any]) -> Dict[str, Any]:

@@ -76,6 +76,8 @@ def _request_signature(s: State, r: int) -> Tuple:
                                       tracker.status,
                                       tuple((q, o == r) for q, o in tracker.responded)),
         dst, msgs, s.aborted_by_client[r],
+        # the sessions listed on r's own prefill instance (per-request queues)
+        tuple((q, k) for i, q, k in s.failed_sessions if i == r),
     )
 
 
@@ -169,8 +171,9 @@ def permute_prefill_ranks(s: State, perm: Sequence[int]) -> State:
                             responded=tuple(sorted((perm[q], o) for q, o in t.responded)))
                     for t in s.d_rooms)
     net = _channel_order(s, [replace(m, prank=perm[m.prank]) for m in s.net])
+    failed = tuple(sorted((i, perm[q], k) for i, q, k in s.failed_sessions))
     return replace(s, rooms=rooms, d_pages=tuple(page(pg) for pg in s.d_pages),
-                   d_rooms=d_rooms, net=net)
+                   d_rooms=d_rooms, net=net, failed_sessions=failed)
 
 
 def permute_ranks(s: State, perm: Sequence[int]) -> State:
@@ -189,7 +192,8 @@ def permute_ranks(s: State, perm: Sequence[int]) -> State:
     # ranks are permuted only with one prefill rank (scenario: not both above 1)
     net = _channel_order(s, [replace(m, rank=perm[m.rank]) if m.kind in RANKED else m
                              for m in s.net])
-    return replace(s, d=d, rooms=rooms, net=net, d_rooms=d_rooms)
+    failed = tuple(sorted((i, q, perm[k]) for i, q, k in s.failed_sessions))
+    return replace(s, d=d, rooms=rooms, net=net, d_rooms=d_rooms, failed_sessions=failed)
 
 
 def _canonical(s: State, classes: Tuple, key=repr, memo: Optional["FormMemo"] = None) -> State:
@@ -353,6 +357,8 @@ def _permute_requests(s: State, pi: List[int]) -> State:
         aborted_by_client=tuple(s.aborted_by_client[inv[i]] for i in range(n)),
         d_rooms=d_rooms,
         room_slots=s.room_slots,
+        failed_sessions=tuple(sorted((-1 if i < 0 else pi[i], q, k)
+                                     for i, q, k in s.failed_sessions)),
     )
 
 

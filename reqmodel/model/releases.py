@@ -49,6 +49,10 @@ class Release:
     requeue_fallback_frees_metadata: bool  # optimistic fallback frees the metadata buffer
     sender_capacity: SenderCapacity  # create_sender compares the prompt with the POOL or INTAKE limit
     deferred_release_default: bool  # decode KV deferral when the scenario says "default"
+    # SGLANG_ENABLE_FAILED_SESSION_PROBE's default: prefill's Mooncake KV
+    # manager runs a thread that takes a decode session off its failed list
+    # once a probe answers (off up to 0.5.22, on in 0.5.23)
+    failed_session_probe_default: bool
     checksum: Optional[KVChecksum]  # None | PROMPT (0.5.21/22) | SUFFIX (0.5.23, layout skip)
     client_abort_status: int  # method 3: FINISH_ABORT() status
     # ABORT/ABORT_ACK with deferral on (§5.4, §5.5) ----------------------------
@@ -119,6 +123,7 @@ R0519 = Release(
     requeue_fallback_frees_metadata=False,
     sender_capacity=POOL,
     deferred_release_default=False,
+    failed_session_probe_default=False,
     checksum=None,
     client_abort_status=500,
     has_cache_handle=False,
@@ -149,6 +154,10 @@ R0519 = Release(
         "commit_check": "dc 19:2059-2110",
         "update_status": "cc 19:365-380",
         "deferred_release": "env 19:672 (default False)",
+        "failed_sessions": "env 19:750 probe off; mc 19:1869-1874 a failed batch lists the "
+                           "session, 19:1722-1736 a listed session fails the chunk, "
+                           "19:2276-2302 the probe pass (thread 19:273-285), 19:2105-2110 "
+                           "re-registration",
         "ack_targets": "mc 19:2022-2088; cc 19:432-447 one target per room, overwritten",
         "arming": "sch 19:5067-5085 (transfer-queue abort arms after send, re-wipes); "
                   "_check_waiting_timeout cc 19:1595-1619 never arms",
@@ -185,6 +194,8 @@ R0520 = attrs.evolve(
         "commit_check": "dc 20:2131",
         "update_status": "cc 20:395-412, conclude_transfer cc 20:507",
         "deferred_release": "env 20:706 (default False)",
+        "failed_sessions": "env 20:790 probe off; mc 20:2054-2059, 20:1911-1925, "
+                           "20:2431-2457 (as 0.5.19)",
         "ack_targets": "mc 20:2195; cc 20:669-686 (as 0.5.19)",
         "arming": "sch 20:5318-5337 (as 0.5.19)",
         "hold": "dc 20 (as 0.5.19)",
@@ -222,6 +233,8 @@ R0521 = attrs.evolve(
         "update_status": "cc 21 (as 0.5.20)",
         "p_waiting_abort": "pf 21:586 release_aborted_prefill_waiting_req",
         "deferred_release": "env 21:722 (default True), mc 21:221 capable",
+        "failed_sessions": "env 21:809 probe off; mc 21:2304-2309, 21:2158-2172, "
+                           "21:2698-2724 (as 0.5.19)",
         "checksum": "pf 21:1333-1338, dc 21:3049-3054",
         "ack_targets": "mc 21:2449-2522 (register if active or outstanding); cc 21:689-739 "
                        "fan-out to transfer_infos peers, snapshot and target",
@@ -252,6 +265,8 @@ R0522 = attrs.evolve(
            "ack_targets": "mc 22:2831-2849; cc 22:908-948 per-endpoint targets, poison",
            "arming": "cc 22:2564 ensure_abort_notified; cc 22:843-868 generations",
            "poison": "mc 22:2413-2421, 22:2809",
+           "failed_sessions": "env 22:811 probe off; mc 22:2668-2673, 22:2515-2534, "
+                              "22:3082-3108 (as 0.5.19), 22:899-901 re-registration",
            "hold": "dc 22:2797-2812",
            "release": "dc 22:2937 per rank for device destinations",
            "requeue_fallback": "pf 22:1720 frees metadata",
@@ -278,7 +293,11 @@ R0523 = attrs.evolve(
     release_reduced=True,
     clear_slot_resets_checksum=True,
     sender_poll_missing_room_fails=True,
+    failed_session_probe_default=True,
     cites={**R0522.cites,
+           "failed_sessions": "env 23:872 probe ON; mc 23:2740-2745, 23:2583-2606, 23:3154-3204 "
+                              "(backoff, and a session no request targeted for 600 s dropped), "
+                              "thread 23:374-377, 23:3143 re-registration",
            "ack_targets": "mc 23:2903; cc 23:1044-1084 (as 0.5.22)",
            "arming": "cc 23:2965; cc 23:979-1000",
            "poison": "mc 23:2486, 23:2881",

@@ -108,6 +108,10 @@ class Scenario:
     decode: Worker
     optimistic_prefill_attempts: int = 0
     deferred_release: Optional[bool] = None  # None: the release's own default
+    # SGLANG_ENABLE_FAILED_SESSION_PROBE on prefill: a probe thread takes a
+    # decode session off Mooncake's failed list once it answers (None: the
+    # release's own default, off up to 0.5.22, on in 0.5.23)
+    failed_session_probe: Optional[bool] = None
     layouts_match: bool = True
     sessions: bool = False  # every request streams in a conversation (owns a slot)
     hybrid_mamba: bool = False  # the model keeps Mamba state beside KV
@@ -188,7 +192,8 @@ _PREFILL = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
             "metadata_buffers", "chunk_pages", "ranks", "overlap_schedule"}
 _DECODE = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
            "metadata_buffers", "radix_cache", "ranks", "overlap_schedule"}
-_OPTIONS = {"optimistic_prefill_attempts", "deferred_release", "layouts_match",
+_OPTIONS = {"optimistic_prefill_attempts", "deferred_release", "failed_session_probe",
+            "layouts_match",
             "sessions", "hybrid_mamba", "result_timing", "reuse_room_after", "room_users",
             "decode_host_receive", "transfer_queues", "client_abort_reaches"}
 EVENT_NAMES = tuple(f.name for f in attrs.fields(Events))
@@ -205,6 +210,16 @@ def _check_keys(where: str, table: Dict[str, Any], allowed: set) -> None:
         key = unknown[0] if len(unknown[0]) <= 40 else unknown[0][:37] + "..."
         raise ScenarioError(
             f"unknown key '{where}{key}' (allowed: {', '.join(sorted(allowed))})")
+
+
+def _default_or_bool(options: Dict[str, Any], key: str) -> Optional[bool]:
+    """An option that is "default" (the release's own default: None), true or false."""
+    value = options.get(key, "default")
+    if value == "default":
+        return None
+    if not isinstance(value, bool):
+        raise ScenarioError(f'options.{key} must be "default", true or false, got {_short(value)}')
+    return value
 
 
 def _get(where: str, table: Dict[str, Any], key: str, typ: type, default: Any) -> Any:
@@ -298,12 +313,8 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
     if not isinstance(options, dict):
         raise ScenarioError("[options] must be a table")
     _check_keys("options.", options, _OPTIONS)
-    deferred = options.get("deferred_release", "default")
-    if deferred == "default":
-        deferred = None
-    elif not isinstance(deferred, bool):
-        raise ScenarioError(
-            f'options.deferred_release must be "default", true or false, got {_short(deferred)}')
+    deferred = _default_or_bool(options, "deferred_release")
+    probe = _default_or_bool(options, "failed_session_probe")
     attempts = _get("options.", options, "optimistic_prefill_attempts", int, 0)
     if not 0 <= attempts <= 2:
         raise ScenarioError("options.optimistic_prefill_attempts must be 0..2")
@@ -345,6 +356,7 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
         decode=decode,
         optimistic_prefill_attempts=attempts,
         deferred_release=deferred,
+        failed_session_probe=probe,
         layouts_match=_get("options.", options, "layouts_match", bool, True),
         sessions=_get("options.", options, "sessions", bool, False),
         hybrid_mamba=_get("options.", options, "hybrid_mamba", bool, False),
@@ -406,6 +418,8 @@ def to_dict(sc: Scenario) -> Dict[str, Any]:
         "options": {
             "optimistic_prefill_attempts": sc.optimistic_prefill_attempts,
             "deferred_release": "default" if sc.deferred_release is None else sc.deferred_release,
+            **({"failed_session_probe": sc.failed_session_probe}
+               if sc.failed_session_probe is not None else {}),
             "layouts_match": sc.layouts_match, "sessions": sc.sessions,
             "hybrid_mamba": sc.hybrid_mamba, "result_timing": sc.result_timing,
             **({"reuse_room_after": sc.reuse_room_after}

@@ -400,6 +400,12 @@ class State:
     # (the first request using it), () when each has its own; properties read
     # the room of a request through it, as the actions do through the scenario
     room_slots: Tuple[int, ...] = ()
+    # Mooncake's ``failed_sessions`` on prefill's KV managers: (instance,
+    # prefill rank, decode rank) for each decode session a prefill rank's
+    # manager has listed as failed; instance -1 is the one prefill instance
+    # of ``transfer_queues = "shared"``, r the own instance of request r with
+    # "per-request" (mc 19:1869-1874 adds, 19:2276-2302 probes, sorted)
+    failed_sessions: Tuple[Tuple[int, int, int], ...] = ()
 
     # -- small derived views used by guards ---------------------------------
     def crashed(self) -> bool:

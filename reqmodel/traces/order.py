@@ -61,7 +61,7 @@ class OrderViolation:
 
 def _instance(step: Step) -> str:
     proc = processes.process_of(step.action)
-    if proc == "prefill.transfer_worker":  # one per prefill rank
+    if proc in ("prefill.transfer_worker", "prefill.probe_thread"):  # one per prefill rank
         q = step.arg[0] if step.arg else 0
         return f"{proc}[{q}]"
     return proc
@@ -81,6 +81,7 @@ def happens_before(ctx: Ctx, states: Sequence, events: Sequence, steps: Sequence
     sent_by: Dict[object, List[int]] = {}  # message -> steps that put a copy in flight
     touched: Dict[Tuple[str, int], int] = {}  # (worker, request) -> last step
     answered_at: Dict[int, List[int]] = {}  # request -> steps that streamed an answer
+    listed = 0  # the last step that changed a failed-session list (under its lock)
 
     def join(a: Dict[str, int], b: Dict[str, int]) -> None:
         for k, v in b.items():
@@ -102,6 +103,11 @@ def happens_before(ctx: Ctx, states: Sequence, events: Sequence, steps: Sequence
         w = _worker(proc)
         if (w, step.rid) in touched:
             join(clock, clocks[touched[(w, step.rid)] - 1])
+        # a failed-session list: the steps that change it, and the early
+        # exit that reads it, follow its last change
+        changes_list = states[j - 1].failed_sessions != states[j].failed_sessions
+        if listed and (changes_list or step.action == "xfer_session_failed"):
+            join(clock, clocks[listed - 1])
         # the client sends the next user of a room after the answers it waits for
         if step.action in ("p_intake", "d_intake"):
             prev = sc.previous_user(step.rid)
@@ -112,6 +118,8 @@ def happens_before(ctx: Ctx, states: Sequence, events: Sequence, steps: Sequence
         clocks.append(clock)
         last_of[proc] = j
         touched[(w, step.rid)] = j
+        if changes_list:
+            listed = j
         for m in added:
             sent_by.setdefault(m, []).append(j)
         for ev in events[j - 1]:

@@ -126,10 +126,21 @@ def changes(old: State, new: State) -> List[str]:
     for i, (a, b) in enumerate(zip(old.d_slots, new.d_slots)):
         if a != b:
             out += _field_changes(f"D slot {i}", a, b)
+    for key in sorted(set(old.failed_sessions) ^ set(new.failed_sessions)):
+        what = ("lists {} as failed" if key in new.failed_sessions
+                else "takes {} off its failed list")
+        out.append(f"{_session(key)}: " + what.format(f"decode rank {key[2]}'s session"))
     added, removed = net_changes(old, new)
     out += [f"+ {_msg(m, ranks)}" for m in added]
     out += [f"− {_msg(m, ranks)}" for m in removed]
     return out
+
+
+def _session(key: Tuple[int, int, int]) -> str:
+    """Whose failed-session list a ``State.failed_sessions`` key is on."""
+    inst, q, _ = key
+    where = "P" if inst < 0 else f"r{inst}'s prefill instance"
+    return f"{where} rank {q}"
 
 
 def _rid(x: Optional[int]) -> str:

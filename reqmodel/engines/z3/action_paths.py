@@ -80,6 +80,8 @@ RUN: Optional[Reader] = None  # the reader of the run in progress
 
 _SYM: Dict[type, type] = {}  # state class -> its symbolic subclass
 _BASE: Dict[type, type] = {}
+# the State fields held whole, one slot each (a tuple of flags or of keys)
+_TOP = ("aborted_by_client", "failed_sessions")
 _MSG_FIELDS = tuple(f.name for f in attrs.fields(Msg))
 _STRUCTS = {"p": PrefillReq, "d": DecodeReq, "rooms": Room, "d_pages": Page,
             "d_slots": MetaSlot, "d_rooms": DRoom}
@@ -148,8 +150,8 @@ def _fclass(key) -> Tuple[str, str]:
         return NET_LEN
     if key[0] == "net":
         return ("Msg", key[2])
-    if key[0] == "aborted_by_client":
-        return ("State", "aborted_by_client")
+    if key[0] in _TOP:
+        return ("State", key[0])
     return (_STRUCTS[key[0]].__name__, key[2])
 
 
@@ -171,7 +173,7 @@ class Layout:
         for k, c in _STRUCTS.items():
             for i in range(lay.sizes[k]):
                 keys += [(k, i, f.name) for f in attrs.fields(c)]
-        keys += [("aborted_by_client",), NET_LEN]
+        keys += [(name,) for name in _TOP] + [NET_LEN]
         for j in range(max_net):
             keys += [("net", j, f) for f in _MSG_FIELDS]
         lay.keys = tuple(keys)
@@ -186,7 +188,8 @@ class Layout:
             for i, obj in enumerate(getattr(s, k)):
                 for f in attrs.fields(c):
                     out[(k, i, f.name)] = getattr(obj, f.name)
-        out[("aborted_by_client",)] = s.aborted_by_client
+        for name in _TOP:
+            out[(name,)] = getattr(s, name)
         out[NET_LEN] = len(s.net)
         for j in range(self.max_net):
             for f in _MSG_FIELDS:
@@ -200,15 +203,15 @@ class Layout:
                  for k, c in _STRUCTS.items()}
         net = tuple(Msg(*[values[("net", j, f)] for f in _MSG_FIELDS])
                     for j in range(values[NET_LEN]))
-        return State(net=net, aborted_by_client=values[("aborted_by_client",)],
-                     room_slots=self.room_slots, **parts)
+        return State(net=net, room_slots=self.room_slots,
+                     **{name: values[(name,)] for name in _TOP}, **parts)
 
     def symbolic(self) -> State:
         parts = {k: tuple(_sym(c, {f.name: Slot((k, i, f.name)) for f in attrs.fields(c)})
                           for i in range(self.sizes[k]))
                  for k, c in _STRUCTS.items()}
-        return _sym(State, dict(parts, net=_NET, aborted_by_client=Slot(("aborted_by_client",)),
-                                room_slots=self.room_slots))
+        return _sym(State, dict(parts, net=_NET, room_slots=self.room_slots,
+                                **{name: Slot((name,)) for name in _TOP}))
 
     def effect(self, nxt, read: Dict[Any, Any]) -> Dict[Any, Any]:
         """The next state as slot key -> ("const", value) | ("copy", pre key),
@@ -234,7 +237,8 @@ class Layout:
             for i, obj in enumerate(seq):
                 for f in attrs.fields(c):
                     put((k, i, f.name), obj, f.name)
-        put(("aborted_by_client",), nxt, "aborted_by_client")
+        for name in _TOP:
+            put((name,), nxt, name)
         net = raw["net"]
         if net is not _NET:
             if len(net) > self.max_net:

@@ -58,6 +58,12 @@ class Ctx:
         d = self.scenario.deferred_release
         return self.release.deferred_release_default if d is None else d
 
+    @property
+    def failed_session_probe(self) -> bool:
+        """Prefill's KV managers run the failed-session probe thread."""
+        d = self.scenario.failed_session_probe
+        return self.release.failed_session_probe_default if d is None else d
+
     def timeout_seconds(self, a: "Action") -> float:
         """The default seconds of timeout action ``a`` on this release."""
         return self.release.timeout_seconds(a.timeout)

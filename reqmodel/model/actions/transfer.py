@@ -59,15 +59,58 @@ def _chunk_queued(c, s, r):
     return bool(_queued_ranks(c, s, r))
 
 
-@action("transfer", guard=_chunk_queued,
+def _sessions(c: Ctx, r: int, q: int) -> Tuple[Tuple[int, int, int], ...]:
+    """The decode sessions prefill rank q's manager sends r's chunks to, as
+    keys of ``State.failed_sessions``: one per decode rank (each rank's
+    receiver registers its own Mooncake session, ``mooncake_session_id``),
+    on the one prefill instance of shared transfer queues or on r's own."""
+    inst = -1 if c.scenario.transfer_queues == "shared" else r
+    return tuple((inst, q, k) for k in range(c.scenario.decode.ranks))
+
+
+def session_listed(c: Ctx, s: State, r: int, q: int) -> bool:
+    """A decode session of r's destinations is on prefill rank q's
+    ``failed_sessions``."""
+    return bool(s.failed_sessions) and any(x in s.failed_sessions for x in _sessions(c, r, q))
+
+
+def _list_sessions(c: Ctx, s: State, r: int, q: int) -> State:
+    """``session_failures[sid] += 1`` and, at the first failure, ``failed_sessions.add(sid)``
+    (mc 19:1869-1874 ... 23:2740-2745).  The model's write covers every decode
+    rank's pages at once, so a failed batch lists every decode rank's session
+    of the room (the code lists the rank whose write failed and does not try
+    the later ones in that chunk)."""
+    return replace(s, failed_sessions=tuple(sorted(set(s.failed_sessions)
+                                                   | set(_sessions(c, r, q)))))
+
+
+def _early_exit(c: Ctx, s: State, r: int, q: int) -> bool:
+    """Prefill rank q's worker, taking r's chunk, finds a destination session
+    on its failed list: the room is known and has decode's destinations
+    (``transfer_infos[room]``, the requests the check runs over)."""
+    return takes_chunks(room_of(c, s, r, q)) and session_listed(c, s, r, q)
+
+
+def _dequeue_ranks(c, s, r):
+    """Prefill ranks whose worker can take r's chunk and write it (or skip
+    it for a Failed or unknown room)."""
+    return [q for q in _queued_ranks(c, s, r) if not _early_exit(c, s, r, q)]
+
+
+def _can_dequeue(c, s, r):
+    return bool(_dequeue_ranks(c, s, r))
+
+
+@action("transfer", guard=_can_dequeue,
         needs=Needs(msgs={MsgKind.chunk}),
-        choices=lambda c, s, r: prank_args(c, _queued_ranks(c, s, r)),
+        choices=lambda c, s, r: prank_args(c, _dequeue_ranks(c, s, r)),
         arg_names=PRANK_ARG)
 def xfer_dequeue(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Mooncake ``transfer_worker`` (mc 1645/1838/2080/2423/2488) takes the room's
     oldest chunk and counts it outstanding (``outstanding``).  A Failed or
     unknown room is skipped: the count is popped and a drained abort acked
-    (mc 19:1678-1693).  Otherwise the worker looks up decode's destinations
+    (mc 19:1678-1693).  A destination session on the failed list is
+    ``xfer_session_failed``.  Otherwise the worker looks up decode's destinations
     now, ``dst_kv_indices[index_slice]`` (mc 1754/1939/2186/2550/2623; a short
     ``dst`` truncates the source, mc 19:1764-1775) and the aux slot, and the
     write is in flight: whatever happens to the room or to those pages from
@@ -184,7 +227,8 @@ def _failing_ranks(c, s, r):
         room = room_of(c, s, r, q)
         writing = any(m.rid == r for m in rank_msgs(s, "write", r, q))
         if (room.status in (KVPoll.WaitingForInput, KVPoll.Transferring) and room.dst is not None
-                and (writing or (ours and _chunk_next(c, s, r, q)))):
+                and (writing or (ours and _chunk_next(c, s, r, q)
+                                 and not session_listed(c, s, r, q)))):
             out.append(q)
     return out
 
@@ -205,29 +249,95 @@ def xfer_fail(c: Ctx, s: State, r: int, arg=()) -> Effect:
     writing decode's pages" (mc 22:2413-2421).  The worker gives up on it (the
     write becomes ``stray`` and lands whenever it lands), breaks out, and
     finishes the chunk as usual (``worker_done``); from 0.5.22 it first
-    poisons the room, which then never acks (mc 22:2677, 22:2698).  Without
-    a write in flight it is the worker taking r's chunk and finding decode's
-    session already failed (mc 19:1719-1736, "Early exit if the request has
-    failed"): the chunk is dequeued and counted (mc 19:1670-1676), nothing is
-    written and nothing poisoned, and the chunk is finished as usual (mc
-    19:1968-1991).  Only prefill rank q's KV manager fails; the others go
+    poisons the room, which then never acks (mc 22:2677, 22:2698).  The
+    failed batch puts decode's session on the rank's failed list
+    (``_list_sessions``).  Without a write in flight it is the worker taking
+    r's chunk and finding decode's session already failed on traffic the
+    scenario does not list (``_fail_chunk_early``; once the model's own
+    failure has listed it, that is ``xfer_session_failed``, not this event).
+    Only prefill rank q's KV manager fails; the others go
     on.  From 0.5.20 the record and the report go through
     ``conclude_failure``, which does nothing for a cleared room."""
     q = prank_of(arg)
     inflight = rank_msgs(s, "write", r, q)
-    if inflight:
-        w = inflight[0]
-        last = w.last
-        s = send(consume(s, w), Msg(MsgKind.stray, w.rid, pages=w.pages, prank=q))
-    else:
-        chunk = rank_msgs(s, "chunk", r, q)[0]
-        last = chunk.last
-        s = consume(s, chunk)
-        s = set_room(c, s, r, q=q, outstanding=room_of(c, s, r, q).outstanding + 1)
-    if inflight and c.release.poison_failed_rooms:
+    if not inflight:
+        # decode's session failed on traffic the scenario does not list
+        return _fail_chunk_early(c, _list_sessions(c, s, r, q), r, q)
+    w = inflight[0]
+    s = send(consume(s, w), Msg(MsgKind.stray, w.rid, pages=w.pages, prank=q))
+    s = _list_sessions(c, s, r, q)
+    if c.release.poison_failed_rooms:
         s = set_room(c, s, r, q=q, poisoned=True, ack_to=())
     s = conclude(c, s, r, q, KVPoll.Failed)
-    return worker_done(c, s, r, last, q), ()
+    return worker_done(c, s, r, w.last, q), ()
+
+
+def _fail_chunk_early(c: Ctx, s: State, r: int, q: int) -> Effect:
+    """The worker dequeues and counts r's chunk (mc 19:1670-1676), finds a
+    destination session on its failed list ("Early exit if the request has
+    failed", mc 19:1722-1736 ... 23:2583-2606): ``record_failure`` and Failed
+    (``conclude_failure`` from 0.5.22), reported to decode; nothing written,
+    nothing poisoned; the chunk finishes as usual (mc 19:1968-1991)."""
+    chunk = rank_msgs(s, "chunk", r, q)[0]
+    s = consume(s, chunk)
+    s = set_room(c, s, r, q=q, outstanding=room_of(c, s, r, q).outstanding + 1)
+    s = conclude(c, s, r, q, KVPoll.Failed)
+    return worker_done(c, s, r, chunk.last, q), ()
+
+
+def _early_exit_ranks(c, s, r):
+    if not s.failed_sessions:
+        return []
+    return [q for q in _queued_ranks(c, s, r) if _early_exit(c, s, r, q)]
+
+
+def _listed_chunk(c, s, r):
+    return bool(_early_exit_ranks(c, s, r))
+
+
+@action("transfer", guard=_listed_chunk, needs=Needs(msgs={MsgKind.chunk}),
+        choices=lambda c, s, r: prank_args(c, _early_exit_ranks(c, s, r)), arg_names=PRANK_ARG)
+def xfer_session_failed(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """Prefill rank q's worker takes r's chunk and a decode session it goes to
+    is on the rank's failed list (an earlier batch to it failed, and no probe
+    or re-registration has taken it off): the chunk fails at once
+    (``_fail_chunk_early``; mc 19:1722-1736, 20:1911-1925, 21:2158-2172,
+    22:2515-2534, 23:2583-2606), whatever the request.  Not an event of the
+    scenario: it follows from the list."""
+    return _fail_chunk_early(c, s, r, prank_of(arg))
+
+
+def _probe_ranks(c, s, r):
+    """Prefill ranks whose probe thread has a listed session to take off:
+    with shared queues the pass is named by request 0, with per-request
+    queues by the request whose instance it is."""
+    if not s.failed_sessions or not c.failed_session_probe:
+        return []
+    inst = -1 if c.scenario.transfer_queues == "shared" else r
+    if inst == -1 and r != 0:
+        return []
+    return sorted({q for i, q, _ in s.failed_sessions if i == inst})
+
+
+def _probe_due(c, s, r):
+    return bool(_probe_ranks(c, s, r))
+
+
+@action("prefill", guard=_probe_due,
+        choices=lambda c, s, r: prank_args(c, _probe_ranks(c, s, r)), arg_names=PRANK_ARG)
+def p_probe_failed_sessions(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """With ``SGLANG_ENABLE_FAILED_SESSION_PROBE`` (off by default up to
+    0.5.22, on in 0.5.23), prefill rank q's probe thread runs a pass every
+    ``SGLANG_FAILED_SESSION_PROBE_INTERVAL_S`` (30 s): it probes each listed
+    session and takes the ones that answer off the list (mc 19:2276-2302 ...
+    23:3154-3204; 0.5.23 also drops a session no request has targeted for
+    600 s).  Decode is alive in the model, so every listed session answers.
+    Untimed: the pass may come at any point after the failure, before the
+    next chunk to that session or after it."""
+    q = prank_of(arg)
+    inst = -1 if c.scenario.transfer_queues == "shared" else r
+    return replace(s, failed_sessions=tuple(x for x in s.failed_sessions
+                                            if not (x[0] == inst and x[1] == q))), ()
 
 
 def _stray_write(c, s, r):
