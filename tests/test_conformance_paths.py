@@ -1,0 +1,64 @@
+"""Conformance on model-generated paths (``pytest -m conformance``): a step
+that acts on what a KV manager's threads left behind is checked as the
+shortest model path to each state where the model takes it, replayed on the
+real code by the trace rig (``reqmodel/conform/pathcases.py``).  Needs the
+environment that ``reqmodel conform --setup`` builds, as
+``tests/test_conformance.py`` does; it reads no shared exploration, so CI runs
+it in its second process."""
+import pytest
+
+from reqmodel import conform
+from reqmodel.conform import pathcases
+from reqmodel.conform import traces as traces_mod
+from reqmodel.model import releases
+from reqmodel.traces import itf
+
+pytestmark = pytest.mark.conformance
+RELEASES = releases.NAMES
+ROOT = conform.DEFAULT_DIR
+
+
+@pytest.fixture(scope="module")
+def failed_list_replays(tmp_path_factory):
+    """Every release's model-generated cases of the failed-session list,
+    each replayed on its release's code."""
+    root = tmp_path_factory.mktemp("failed-list")
+    paths = []
+    for rel in RELEASES:
+        for i, (sc, t) in enumerate(pathcases.failed_list_cases(releases.get(rel))):
+            path = root / rel / f"case{i:03d}-{sc.name}-{t.steps[-1].action}.itf.json"
+            itf.write(path, t, sc)
+            paths.append(str(path))
+    return traces_mod.run(ROOT, paths)
+
+
+@pytest.mark.parametrize("rel", RELEASES)
+def test_the_failed_session_list_agrees_with_the_real_code_on_model_paths(rel,
+                                                                         failed_list_replays):
+    """At least 100 cases per release: the shortest paths to states where a
+    failed batch lists decode's session (xfer_fail), a chunk to a listed
+    session fails early (xfer_session_failed), or a probe pass takes it off
+    (p_probe_failed_sessions), on transfer-failure(-probe), room-reuse-three
+    and prefill-tp-failure; every step of every case agrees with the real
+    code, the last one included."""
+    got = [r for r in failed_list_replays if r.release == rel]
+    assert len(got) >= 100
+    bad = [(r.trace, r.divergence) for r in got if r.replayed != r.steps]
+    assert bad == []
+    ends = {r.trace.rsplit("-", 1)[1].split(".")[0] for r in got}
+    assert ends == set(pathcases.FAILED_LIST_STEPS)
+
+
+def test_a_path_ends_in_its_step_and_replays_on_the_model():
+    """The cases are what they claim: each ends in one of the list's steps,
+    and its steps replay on the model from the initial state."""
+    from reqmodel.model.actions import core
+    rel = releases.get("0.5.21")
+    got = list(pathcases.failed_list_cases(rel, per_action=3))
+    assert {t.steps[-1].action for _, t in got} == set(pathcases.FAILED_LIST_STEPS)
+    for sc, t in got:
+        ctx = core.Ctx(rel, sc)
+        s = core.initial_state(sc)
+        for step, want in zip(t.steps, t.states[1:]):
+            s = core.apply(ctx, s, step)[0]
+            assert s == want
