@@ -17,9 +17,6 @@ sys.path.insert(0, str(ROOT))
 START, END = "<!-- trace-table:start -->", "<!-- trace-table:end -->"
 NOTES = ROOT / "notes/conformance.md"
 
-# why a trace departs, for the departures the notes explain (none now)
-DEPARTS: dict = {}
-
 
 def outcome(r) -> str:
     d = r.divergence
@@ -30,7 +27,7 @@ def outcome(r) -> str:
         return "not driven: " + what.replace(" yet", "")
     if d["why"] == "unread":
         return "all steps agree; violation not read on the real objects"
-    return DEPARTS.get((d["why"], d.get("action")), f"departs: {d['why']} at {d.get('action')}")
+    return f"departs: {d['why']} at {d.get('action')}"
 
 
 def table(results) -> str:

@@ -7,7 +7,7 @@ real code, and every step must agree with the model.
 
 Used for Mooncake's failed-session list (``xfer_fail`` listing decode's
 session, ``xfer_session_failed`` failing a chunk to a listed session,
-``p_probe_failed_sessions`` taking it off): ``tests/test_conformance.py``
+``p_probe_failed_sessions`` taking it off): ``tests/test_conformance_paths.py``
 replays them on every release.
 """
 from __future__ import annotations

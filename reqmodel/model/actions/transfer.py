@@ -59,13 +59,18 @@ def _chunk_queued(c, s, r):
     return bool(_queued_ranks(c, s, r))
 
 
+def _instance(c: Ctx, r: int) -> int:
+    """The prefill instance whose KV managers send r's chunks, as
+    ``State.failed_sessions`` names it: -1, the one instance of shared
+    transfer queues, or r, its own with "per-request" queues."""
+    return -1 if c.scenario.transfer_queues == "shared" else r
+
+
 def _sessions(c: Ctx, r: int, q: int) -> Tuple[Tuple[int, int, int], ...]:
     """The decode sessions prefill rank q's manager sends r's chunks to, as
     keys of ``State.failed_sessions``: one per decode rank (each rank's
-    receiver registers its own Mooncake session, ``mooncake_session_id``),
-    on the one prefill instance of shared transfer queues or on r's own."""
-    inst = -1 if c.scenario.transfer_queues == "shared" else r
-    return tuple((inst, q, k) for k in range(c.scenario.decode.ranks))
+    receiver registers its own Mooncake session, ``mooncake_session_id``)."""
+    return tuple((_instance(c, r), q, k) for k in range(c.scenario.decode.ranks))
 
 
 def session_listed(c: Ctx, s: State, r: int, q: int) -> bool:
@@ -313,7 +318,7 @@ def _probe_ranks(c, s, r):
     queues by the request whose instance it is."""
     if not s.failed_sessions or not c.failed_session_probe:
         return []
-    inst = -1 if c.scenario.transfer_queues == "shared" else r
+    inst = _instance(c, r)
     if inst == -1 and r != 0:
         return []
     return sorted({q for i, q, _ in s.failed_sessions if i == inst})
@@ -335,7 +340,7 @@ def p_probe_failed_sessions(c: Ctx, s: State, r: int, arg=()) -> Effect:
     Untimed: the pass may come at any point after the failure, before the
     next chunk to that session or after it."""
     q = prank_of(arg)
-    inst = -1 if c.scenario.transfer_queues == "shared" else r
+    inst = _instance(c, r)
     return replace(s, failed_sessions=tuple(x for x in s.failed_sessions
                                             if not (x[0] == inst and x[1] == q))), ()
 
