@@ -171,6 +171,22 @@ NOT_FOUND_BY_CI = {
                     ('commit-after-all-ranks', 'room-reuse', '0.5.23'),
                     ('no-foreign-kv-read', 'room-reuse', '0.5.19'),
                     ('drain-ack-reaches-every-rank', 'prefill-tp', '0.5.22'))},
+    # Ordered clocks (model/clocks.py): the deferral timeout waits for the
+    # writes in flight when its hold was armed, so the rules Hypothesis draws
+    # from changed where a hold and a write meet: this one is missed now
+    # (measured: pytest -m "slow or not slow" properties/test_hypothesis.py on
+    # this stop; per-run rates not measured)
+    **{cell: "missed by the ci profile's draws since the ordered deferral clock"
+       for cell in (('no-reuse-during-inflight-write', 'retract-late-write', '0.5.23'),)},
+    # The scenario inflight-reuse-long-transfer: like inflight-reuse's, its
+    # foreign reads race a write against an abort and the next request's own
+    # write (28-29 steps), and 0.5.23's in-flight reuse is missed too
+    # (measured as above)
+    **{cell: "a write racing the abort and the next request's write: missed by the ci profile"
+       for cell in ([("no-foreign-kv-read", "inflight-reuse-long-transfer", rel)
+                     for rel in RELEASES]
+                    + [("no-reuse-during-inflight-write", "inflight-reuse-long-transfer",
+                        "0.5.23")])},
 }
 # the liveness cells are decided on the whole graph; the Hypothesis engine
 # checks only their deadlock form (tests/test_liveness.py)

@@ -82,6 +82,12 @@ ESTABLISHED = {
     ("no-reuse-during-inflight-write", "transfer-failure-probe"): ["F17", "F17", "F19", "H", "H"],
     ("answered-without-timeout", "transfer-failure-probe"): ["H", "H", "H", "F21", "F21"],
     ("no-foreign-kv-read", "inflight-reuse"): ["F28", "F28", "F29", "F29", "F29"],
+    # ... with MC_TRANSFER_TIMEOUT above the deferral timeout: the same cells,
+    # but on 0.5.21+ the write is already running when the client aborts
+    # (model/clocks.py; notes/verdicts.md, "Which timeout passes first")
+    ("no-foreign-kv-read", "inflight-reuse-long-transfer"): ["F28", "F28", "F29", "F29", "F29"],
+    ("no-reuse-during-inflight-write", "inflight-reuse-long-transfer"):
+        ["F16", "F16", "F17", "F17", "F17"],
     ("pending-abort-not-overwritten", "inflight-reuse"): ["F13", "H", "H", "H", "H"],
     ("valid-request-completes", "inflight-reuse"): ["R16", "R16", "R16", "R16", "R16"],
     # ... on one prefill instance, into a request that decode retracted and

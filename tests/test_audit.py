@@ -376,3 +376,25 @@ def test_bad_audit_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, f
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and fragment in lines[0], lines
     assert not (tmp_path / "out").exists() and not (tmp_path / "r.md").exists()
+
+
+def test_transfer_timeout_above_the_deferral_reaches_the_probes_and_the_findings(tmp_path):
+    """MC_TRANSFER_TIMEOUT is the transfer engine's, read from prefill's
+    environment; above the deferral timeout, a write in flight when decode
+    begins to hold may outlive the hold, and the finding says so."""
+    base = "--context-length 8192 --max-total-tokens 100000"
+    data = audit(tmp_path, "0.5.21", base, base, "--assume", "multi-prefill",
+                 "--env", "prefill:MC_TRANSFER_TIMEOUT=300")
+    probe = next(p for p in data["probes"] if p["name"].endswith("inflight-reuse"))
+    assert 'timeouts={"MC_TRANSFER_TIMEOUT": 300.0}' in probe["settings"]
+    read = next(f for f in gate(data, "transfer-read")["findings"]
+                if f["property"] == "no-foreign-kv-read" and f["scenario"].endswith("inflight-reuse"))
+    assert "needs MC_TRANSFER_TIMEOUT above" in read["why"] and "300 s > 30 s" in read["why"]
+    assert_traces_replay(data, tmp_path)
+    # the defaults: the probe sets no timeout, and its trace needs none
+    data = audit(tmp_path, "0.5.21", base, base, "--assume", "multi-prefill")
+    probe = next(p for p in data["probes"] if p["name"].endswith("inflight-reuse"))
+    assert "timeouts={" not in probe["settings"]
+    read = next(f for f in gate(data, "transfer-read")["findings"]
+                if f["property"] == "no-foreign-kv-read" and f["scenario"].endswith("inflight-reuse"))
+    assert "needs MC_TRANSFER_TIMEOUT" not in read["why"]

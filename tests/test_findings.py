@@ -35,6 +35,22 @@ def test_each_finding_is_a_pinned_violation_with_a_trace_and_an_upstream_record(
     assert f.upstream and f.configuration and f.timing and f.summary
 
 
+@pytest.mark.parametrize("f", ALL, ids=[f.id for f in ALL])
+def test_each_finding_names_the_timeout_settings_its_traces_need(f):
+    """Every timing relation a finding's corpus traces need (``clocks.needs``,
+    derived from the steps) is named in its configuration."""
+    from reqmodel.traces import replay as rp
+    rels, _ = findings_md.releases_of(f)
+    for sc in (f.scenario, *f.also_in):
+        for rel in rels:
+            path = ROOT / "counterexamples" / rel / f"{f.property}-{sc}.itf.json"
+            if not path.exists():
+                continue
+            for need in rp.run(rp.load(path)).timing:
+                assert need.longer in f.configuration and need.shorter in f.configuration, (
+                    path, str(need))
+
+
 def test_the_report_carries_the_configuration_the_table_and_the_diagram():
     f = findings.lookup("abort-released-without-timeout", "abort-reaches-prefill")
     res = CliRunner().invoke(cli, ["show", str(ROOT / "counterexamples/0.5.21/"

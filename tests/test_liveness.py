@@ -388,3 +388,12 @@ def test_check_prints_why_a_liveness_cell_is_not_applicable(tmp_path):
 def test_every_liveness_property_says_why_other_engines_skip_it():
     for p in properties.LIVENESS:
         assert p.partial_note and p.goal and p.pending
+
+
+def test_the_waste_figures_read_the_scenarios_timeout_settings():
+    from reqmodel.proposals import guard_check
+    rel = releases.get("0.5.21")
+    sc = attrs.evolve(scenario.builtin("incident"),
+                      timeouts=(("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 900.0),))
+    assert guard_check.timeout_seconds(rel, sc)["d_waiting_timeout"] == 900
+    assert guard_check.measure(rel, sc)["peer_hold_seconds"] == 900

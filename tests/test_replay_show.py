@@ -21,7 +21,7 @@ def test_replay_on_its_release_reproduces_the_violation():
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"property": "no-foreign-kv-read", "release": "0.5.19",
                                     "steps_replayed": 29, "first_disabled_step": None,
-                                    "violated": True}
+                                    "violated": True, "timing": []}
 
 
 def test_replay_on_a_fixed_release_reports_the_first_disabled_step():

@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import attrs
 
 from reqmodel.audit.deployment import Band, Role
+from reqmodel.model import clocks
 from reqmodel.model import scenario as sc_mod
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Events, Scenario
@@ -72,6 +73,10 @@ class Settings:
     notes: Tuple[str, ...]
     # prefill's failed-session probe (its Mooncake manager, mc 19:273-285)
     failed_session_probe: bool = False
+    # the timeouts the model orders (model.clocks) where the deployment sets
+    # them away from their defaults: the transfer engine's on prefill (its
+    # batches write decode's pages), the deferral timeout on decode
+    timeouts: Tuple[Tuple[str, float], ...] = ()
 
 
 def settings(rel: Release, p: Role, d: Role) -> Settings:
@@ -84,8 +89,16 @@ def settings(rel: Release, p: Role, d: Role) -> Settings:
     # backend's supports_deferred_decode_kv_release (cc 21:184-187, mc 21:221)
     deferred = bool(d.env.get(DEFERRED, rel.deferred_release_default))
     probe = bool(p.env.get(PROBE, rel.failed_session_probe_default))
+    timeouts = tuple(sorted(
+        (env, float(role.env[env])) for env, role in ((clocks.MC_TRANSFER_TIMEOUT, p),
+                                                      (clocks.DEFERRAL_TIMEOUT, d))
+        if env in role.env and float(role.env[env]) > 0
+        and float(role.env[env]) != clocks.seconds(rel, _NO_SETTINGS, env)))
     return Settings(p.auto_truncate, d.auto_truncate, p.kv_checksum, d.kv_checksum, d.overlap,
-                    deferred, p.layout == d.layout, tuple(notes), probe)
+                    deferred, p.layout == d.layout, tuple(notes), probe, timeouts)
+
+
+_NO_SETTINGS = sc_mod.builtin(sc_mod.DEFAULT)  # a scenario that sets no timeout
 
 
 def _apply(sc: Scenario, st: Settings, name: str, truncate: bool = True) -> Scenario:
@@ -99,7 +112,7 @@ def _apply(sc: Scenario, st: Settings, name: str, truncate: bool = True) -> Scen
         dec = attrs.evolve(dec, auto_truncate=st.d_auto_truncate)
     sc = attrs.evolve(sc, name=name, prefill=pre, decode=dec,
                       deferred_release=st.deferred_release, layouts_match=st.layouts_match,
-                      failed_session_probe=st.failed_session_probe)
+                      failed_session_probe=st.failed_session_probe, timeouts=st.timeouts)
     return sc_mod.from_dict(sc_mod.to_dict(sc), origin=name)
 
 

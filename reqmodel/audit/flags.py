@@ -58,10 +58,16 @@ class Table:
         return next((f["dest"] for f in self.flags if flag in f["flags"]), None)
 
 
+# variables the transfer engine reads, not SGLang: a deployment sets them in
+# the same environment, and the model orders timeouts by them (model.clocks)
+ENGINE_ENV = {"MC_TRANSFER_TIMEOUT": {"default": 30, "kind": "int"}}
+
+
 @lru_cache(maxsize=None)
 def load(release: str) -> Table:
     data = json.loads(path(release).read_text())
-    return Table(release, data["allow_abbrev"], tuple(data["flags"]), data["env"])
+    return Table(release, data["allow_abbrev"], tuple(data["flags"]),
+                 {**data["env"], **ENGINE_ENV})
 
 
 def human_readable_int(value: str) -> int:
@@ -179,7 +185,8 @@ def parse_env(release: str, items: List[str]) -> List[EnvSetting]:
         spec = table.env.get(name)
         if spec is None:
             raise AuditError(f"--env {name}: not an environment variable sglang {release} reads "
-                             "(sglang.srt.environ.Envs)")
+                             "(sglang.srt.environ.Envs) nor one of the transfer engine's the "
+                             f"model knows ({', '.join(ENGINE_ENV)})")
         out.append(EnvSetting(role, name, _env_value(name, spec["kind"], raw)))
     seen = set()
     for s in out:

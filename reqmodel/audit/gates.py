@@ -21,6 +21,7 @@ from reqmodel.audit.deployment import (INTAKE_CITES, MODELLED_BACKENDS, Band, Ro
 from reqmodel.engines.base import Answer, Exhaustive, run
 from reqmodel.engines.exhaustive import DEFAULT_MAX_STATES
 from reqmodel.model import properties as props_mod
+from reqmodel.model import scenario as sc_mod
 from reqmodel.model.actions.core import BY_NAME
 from reqmodel.model.releases import Release
 
@@ -107,7 +108,8 @@ class Audit:
             "prompt_lengths": [{"from": b.lo, "to": b.hi, "prefill": describe(b.prefill),
                                 "decode": describe(b.decode), "roles_differ": b.mismatch}
                                for b in self.bands],
-            "probes": [{"name": p.scenario.name, "shape_of": p.template, "why": p.why}
+            "probes": [{"name": p.scenario.name, "shape_of": p.template, "why": p.why,
+                        "settings": sc_mod.settings_summary(p.scenario)}
                        for p in self.probes],
             "gates": [g.as_json() for g in self.gates],
             "not_modelled": list(self.notes), "cannot_see": list(self.blind),
@@ -190,6 +192,23 @@ def _timeouts(r) -> Tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in names if n))
 
 
+def _timing(rel: Release, sc, r) -> List:
+    """The timeout settings a trace needs (``clocks.needs``), replayed on the
+    probe's scenario."""
+    if r.trace is None:
+        return []
+    from reqmodel.model import clocks
+    from reqmodel.model.actions.core import Ctx, apply, initial_state
+    ctx = Ctx(rel, sc)
+    states = [initial_state(sc)]
+    for st in r.trace.steps:
+        got = apply(ctx, states[-1], st)
+        if got is None:
+            return []
+        states.append(got[0])
+    return clocks.needs(ctx, states, r.trace.steps)
+
+
 def _without_timeouts(rel: Release, probe: derive.Probe, prop, out, workers):
     """The property on the probe with its timeouts switched off: a violation
     there needs no timeout to fire."""
@@ -259,6 +278,10 @@ def _finding(rel, p, d, q, items, by_name, out, workers) -> Finding:
                     "only when a transfer or a peer outlives it.")
             fix = (f"keep {', '.join(needs)} above the longest transfer of one prompt's KV; "
                    + fix)
+    # (a violation found again without timeouts takes none, and needs none)
+    timing = _timing(rel, probe.scenario, r) if r.scenario == probe.scenario.name else []
+    if timing:
+        why += " The trace " + "; ".join(str(n) for n in timing) + "."
     title = f.title if f is not None else q.text.split(". ")[0].rstrip(".")
     if needs and verdict == "warn" and q.on_violation == "fail":
         title += f" (after {', '.join(needs)})"

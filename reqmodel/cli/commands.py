@@ -609,6 +609,8 @@ def replay_cmd(trace_file, release, guards, as_json) -> None:
         st = loaded.steps[out.first_disabled_step - 1]
         head += f"; step {out.first_disabled_step} {st} is not enabled: {out.why_not}"
     click.echo(head)
+    for need in out.timing:
+        click.echo(f"timing: {need}")
     if loaded.property.kind == Kind.SOMETIMES:
         click.echo("good state reached" if not out.violated else "good state NOT reached")
     elif loaded.property.kind.on_graph:
@@ -662,13 +664,16 @@ def show_cmd(trace_file, fmt, guards) -> None:
         click.echo(render.to_dot(loaded.meta, loaded.steps, out.states, violating), nl=False)
     elif fmt == "report":
         mermaid = render.to_mermaid(loaded.meta, loaded.steps, out.states, out.events, violating)
-        click.echo(render.to_report(loaded.meta, rows, mermaid, trace_file), nl=False)
+        click.echo(render.to_report(loaded.meta, rows, mermaid, trace_file, out.timing),
+                   nl=False)
     else:
         console = _console()
         for line in render.header(loaded.meta):
             console.print(line, highlight=False, markup=False)
         console.print(f"scenario settings: {sc_mod.settings_summary(loaded.scenario)}",
                       highlight=False, markup=False)
+        for need in out.timing:
+            console.print(f"timing: {need}", highlight=False, markup=False)
         if out.violated:
             from reqmodel.traces import explain
             caught = explain.lines(loaded.release, loaded.scenario, out.property, loaded.steps)

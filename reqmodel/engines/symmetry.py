@@ -67,7 +67,8 @@ def _request_signature(s: State, r: int) -> Tuple:
     return (
         attrs.astuple(s.p[r], recurse=False),
         replace(d, pages=(), meta_slot=-1 if d.meta_slot < 0 else 0,
-                     expected_checksum=_rename_checksum(d.expected_checksum, [0] * len(s.p))),
+                     expected_checksum=_rename_checksum(d.expected_checksum, [0] * len(s.p)),
+                     outlasts=tuple(sorted((o == r, q) for o, q in d.outlasts))),
         pages,
         tuple(replace(room, dst=None, dst_slot=-1 if room.dst_slot < 0 else 0,
                       ack_to=tuple((k, g, o == r) for k, g, o in room.ack_to)) for room in rooms),
@@ -172,7 +173,9 @@ def permute_prefill_ranks(s: State, perm: Sequence[int]) -> State:
                     for t in s.d_rooms)
     net = _channel_order(s, [replace(m, prank=perm[m.prank]) for m in s.net])
     failed = tuple(sorted((i, perm[q], k) for i, q, k in s.failed_sessions))
-    return replace(s, rooms=rooms, d_pages=tuple(page(pg) for pg in s.d_pages),
+    d = tuple(replace(x, outlasts=tuple(sorted((o, perm[q]) for o, q in x.outlasts)))
+              if x.outlasts else x for x in s.d)
+    return replace(s, d=d, rooms=rooms, d_pages=tuple(page(pg) for pg in s.d_pages),
                    d_rooms=d_rooms, net=net, failed_sessions=failed)
 
 
@@ -332,7 +335,9 @@ def _permute_requests(s: State, pi: List[int]) -> State:
     for old, new in enumerate(pi):
         inv[new] = old
     d = tuple(replace(s.d[inv[i]], expected_checksum=_rename_checksum(
-        s.d[inv[i]].expected_checksum, pi)) for i in range(n))
+        s.d[inv[i]].expected_checksum, pi),
+        outlasts=tuple(sorted((pi[o], q) for o, q in s.d[inv[i]].outlasts)))
+        for i in range(n))
     pages = tuple(Page(owner=_rename_rid(pg.owner, pi), writer=_rename_rid(pg.writer, pi),
                        slice_writers=tuple(_rename_rid(w, pi) for w in pg.slice_writers))
                   for pg in s.d_pages)

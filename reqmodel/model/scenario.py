@@ -112,6 +112,10 @@ class Scenario:
     # decode session off Mooncake's failed list once it answers (None: the
     # release's own default, off up to 0.5.22, on in 0.5.23)
     failed_session_probe: Optional[bool] = None
+    # the deployment's timeout settings that differ from their defaults, by
+    # environment variable, in seconds (``model.clocks``: which timeout can
+    # pass before which)
+    timeouts: Tuple[Tuple[str, float], ...] = ()
     layouts_match: bool = True
     sessions: bool = False  # every request streams in a conversation (owns a slot)
     hybrid_mamba: bool = False  # the model keeps Mamba state beside KV
@@ -193,7 +197,7 @@ _PREFILL = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
 _DECODE = {"pool_pages", "intake_limit_pages", "auto_truncate", "kv_checksum",
            "metadata_buffers", "radix_cache", "ranks", "overlap_schedule"}
 _OPTIONS = {"optimistic_prefill_attempts", "deferred_release", "failed_session_probe",
-            "layouts_match",
+            "timeouts", "layouts_match",
             "sessions", "hybrid_mamba", "result_timing", "reuse_room_after", "room_users",
             "decode_host_receive", "transfer_queues", "client_abort_reaches"}
 EVENT_NAMES = tuple(f.name for f in attrs.fields(Events))
@@ -220,6 +224,25 @@ def _default_or_bool(options: Dict[str, Any], key: str) -> Optional[bool]:
     if not isinstance(value, bool):
         raise ScenarioError(f'options.{key} must be "default", true or false, got {_short(value)}')
     return value
+
+
+def _timeouts(options: Dict[str, Any]) -> Tuple[Tuple[str, float], ...]:
+    """``options.timeouts``: a table of timeout settings by environment
+    variable (``clocks.TIMEOUT_ENVS``), each a positive number of seconds."""
+    from reqmodel.model.clocks import TIMEOUT_ENVS
+    table = options.get("timeouts", {})
+    if not isinstance(table, dict):
+        raise ScenarioError("options.timeouts must be a table of seconds by environment variable")
+    out = []
+    for env, value in table.items():
+        if env not in TIMEOUT_ENVS:
+            raise ScenarioError(f"options.timeouts.{_short(env)} is not a timeout the model has "
+                                f"(known: {', '.join(TIMEOUT_ENVS)})")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ScenarioError(f"options.timeouts.{env} must be a positive number of seconds, "
+                                f"got {_short(value)}")
+        out.append((env, float(value)))
+    return tuple(sorted(out))
 
 
 def _get(where: str, table: Dict[str, Any], key: str, typ: type, default: Any) -> Any:
@@ -315,6 +338,7 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
     _check_keys("options.", options, _OPTIONS)
     deferred = _default_or_bool(options, "deferred_release")
     probe = _default_or_bool(options, "failed_session_probe")
+    timeouts = _timeouts(options)
     attempts = _get("options.", options, "optimistic_prefill_attempts", int, 0)
     if not 0 <= attempts <= 2:
         raise ScenarioError("options.optimistic_prefill_attempts must be 0..2")
@@ -357,6 +381,7 @@ def from_dict(data: Dict[str, Any], origin: str = "<scenario>",
         optimistic_prefill_attempts=attempts,
         deferred_release=deferred,
         failed_session_probe=probe,
+        timeouts=timeouts,
         layouts_match=_get("options.", options, "layouts_match", bool, True),
         sessions=_get("options.", options, "sessions", bool, False),
         hybrid_mamba=_get("options.", options, "hybrid_mamba", bool, False),
@@ -420,6 +445,7 @@ def to_dict(sc: Scenario) -> Dict[str, Any]:
             "deferred_release": "default" if sc.deferred_release is None else sc.deferred_release,
             **({"failed_session_probe": sc.failed_session_probe}
                if sc.failed_session_probe is not None else {}),
+            **({"timeouts": dict(sc.timeouts)} if sc.timeouts else {}),
             "layouts_match": sc.layouts_match, "sessions": sc.sessions,
             "hybrid_mamba": sc.hybrid_mamba, "result_timing": sc.result_timing,
             **({"reuse_room_after": sc.reuse_room_after}

@@ -168,6 +168,11 @@ class DecodeReq:
     # the pool (``State.d_pages``) keeps the pages owned until the last rank
     # lets go, and ``State.rank_free_pages`` reads each rank's own pool
     released_on: Tuple[int, ...] = attrs.field(default=(), metadata=ITF_OMIT)
+    # the writes, as (request, prefill rank), that were in flight when this
+    # request's hold was armed and have neither landed nor been reported
+    # failed since: with MC_TRANSFER_TIMEOUT at most the deferral timeout,
+    # the hold's deadline cannot pass before they end (``model.clocks``)
+    outlasts: Tuple[Tuple[int, int], ...] = attrs.field(default=(), metadata=ITF_OMIT)
     # history: some rank let the hold go at its own deferral deadline, so
     # the hold does not end on every holding rank's drain ack
     deadline_passed: bool = attrs.field(default=False, metadata=ITF_OMIT)

@@ -12,6 +12,7 @@ from reqmodel.traces import itf
 from reqmodel.engines.base import safe_name
 from reqmodel.engines.exhaustive import DEFAULT_MAX_STATES, explore
 from reqmodel.model import events as ev
+from reqmodel.model import clocks
 from reqmodel.model.actions import ACTIONS
 from reqmodel.model.properties import Property
 from reqmodel.proposals.proposal import Proposal
@@ -22,10 +23,13 @@ from reqmodel.model.state import DStage, PStage, State
 CHANGE = {("violated", "holds"): "fixed", ("holds", "violated"): "broken",
           ("violated", "violated"): "still-violated", ("holds", "holds"): "still-holds"}
 
-def timeout_seconds(release: Release) -> Dict[str, float]:
+def timeout_seconds(release: Release, sc: Optional[Scenario] = None) -> Dict[str, float]:
     """Seconds each timeout action stands for on ``release``: its action
-    names the environment variable, the release record its default."""
-    return {a.name: release.timeout_seconds(a.timeout) for a in ACTIONS if a.timeout is not None}
+    names the environment variable, the release record its default, and a
+    scenario's ``options.timeouts`` may set it (``clocks.seconds``)."""
+    return {a.name: (release.timeout_seconds(a.timeout) if sc is None
+                     else clocks.seconds(release, sc, a.timeout))
+            for a in ACTIONS if a.timeout is not None}
 
 
 def _norm(v: str) -> str:
@@ -159,7 +163,7 @@ def measure(release: Release, sc: Scenario, max_states: int = DEFAULT_MAX_STATES
             elif rejected_there:
                 peer[e.side].add(kind)
 
-    seconds = timeout_seconds(release)
+    seconds = timeout_seconds(release, sc)
 
     def weight(u, v, data):
         return seconds.get(data["step"].action, 0)

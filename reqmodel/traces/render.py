@@ -403,7 +403,8 @@ def to_dot(meta: dict, steps, states, violating_last: bool) -> str:
     return "\n".join(out) + "\n"
 
 
-def to_report(meta: dict, rs: Sequence[Row], mermaid: str, trace_file: str) -> str:
+def to_report(meta: dict, rs: Sequence[Row], mermaid: str, trace_file: str,
+              timing: Sequence = ()) -> str:
     """A bug report to paste upstream: what the finding is and what it needs
     (from ``reqmodel/findings.toml`` when the trace shows one), the steps as
     a Markdown table, the Mermaid sequence diagram, and how to replay it."""
@@ -426,6 +427,9 @@ def to_report(meta: dict, rs: Sequence[Row], mermaid: str, trace_file: str) -> s
                 f"- **Closest upstream:** {'; '.join(f.upstream)}",
                 f"- **What an operator can change:** {f.fix}", "",
                 f.summary, ""]
+    # the timeout settings this trace needs, derived from its steps (clocks.needs)
+    out += [f"- **Timeout setting the trace needs:** {n}" for n in timing]
+    out += [""] if timing else []
     wait = liveness_lines(meta, rs)
     out += wait + ([""] if wait else [])
     out += ["<details><summary>Every step, with the state it changes</summary>", ""]

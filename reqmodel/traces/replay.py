@@ -79,25 +79,31 @@ class Outcome:
     states: tuple
     events: tuple
     why_not: str = ""  # why the first disabled step cannot be taken
+    # the timing relations the replayed steps need (``clocks.needs``)
+    timing: tuple = ()
 
     def as_json(self) -> dict:
         out = {"property": self.property, "release": self.release,
                "steps_replayed": self.steps_replayed,
-               "first_disabled_step": self.first_disabled_step, "violated": self.violated}
+               "first_disabled_step": self.first_disabled_step, "violated": self.violated,
+               "timing": [n.to_json() for n in self.timing]}
         if self.why_not:
             out["why_not"] = self.why_not
         return out
 
 
 def run(loaded: Loaded) -> Outcome:
+    from reqmodel.model import clocks
+    from reqmodel.model.actions import Ctx
     out = _run(loaded)
+    ctx = Ctx(loaded.release, loaded.scenario)
+    out = attrs.evolve(out, timing=tuple(clocks.needs(
+        ctx, out.states, loaded.steps[:out.steps_replayed])))
     if out.first_disabled_step is None:
         return out
-    from reqmodel.model.actions import Ctx
     from reqmodel.model.actions.core import why_not
     k = out.first_disabled_step - 1
-    return attrs.evolve(out, why_not=why_not(Ctx(loaded.release, loaded.scenario),
-                                             out.states[k], loaded.steps[k]))
+    return attrs.evolve(out, why_not=why_not(ctx, out.states[k], loaded.steps[k]))
 
 
 def _run(loaded: Loaded) -> Outcome:

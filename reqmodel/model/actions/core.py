@@ -9,7 +9,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Tup
 
 import attrs
 
-from reqmodel.model import processes
+from reqmodel.model import clocks, processes
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
 from reqmodel.model.events import Event
@@ -41,6 +41,7 @@ class Ctx:
     # (a few thousand keys on the largest built-in scenarios)
     _by_needs: Dict[Tuple, Tuple[Tuple["Action", int], ...]] = attrs.field(
         factory=dict, init=False, eq=False, repr=False)
+    _outlasts: Optional[bool] = attrs.field(default=None, init=False, eq=False, repr=False)
 
     def indexed(self, s: State) -> Tuple[Tuple["Action", int], ...]:
         """The candidates whose ``Needs`` hold in ``s``, in registry order:
@@ -65,8 +66,18 @@ class Ctx:
         return self.release.failed_session_probe_default if d is None else d
 
     def timeout_seconds(self, a: "Action") -> float:
-        """The default seconds of timeout action ``a`` on this release."""
-        return self.release.timeout_seconds(a.timeout)
+        """The seconds of timeout action ``a`` in the scenario's deployment
+        (its ``options.timeouts``, else the release's default)."""
+        return clocks.seconds(self.release, self.scenario, a.timeout)
+
+    @property
+    def hold_outlasts_writes(self) -> bool:
+        """``clocks.hold_outlasts_writes`` for this release and scenario."""
+        got = self._outlasts
+        if got is None:
+            got = clocks.hold_outlasts_writes(self.release, self.scenario)
+            object.__setattr__(self, "_outlasts", got)
+        return got
 
     @property
     def abort_status(self) -> Finish:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Tuple
 
 from reqmodel.model.events import AckDropped, RankRelease
-from reqmodel.model.actions.core import (action, CHANNEL_ARG, Ctx, Effect, Event, Needs, pranks,
-                                         RANK_ARG, set_d, set_p)
+from reqmodel.model.actions.core import (action, CHANNEL_ARG, Ctx, Effect, Event, HISTORY, Needs,
+                                         pranks, RANK_ARG, set_d, set_p)
 from reqmodel.model.actions.drelease import do_release, resolve_held
 from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, note_ack, notify_abort,
                                               receiver_fail, receiver_poll, record_failure,
@@ -118,8 +118,46 @@ def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
     return s, evs
 
 
-def _held(c, s, r):
-    return s.d[r].stage is DStage.HELD
+def _hold_may_pass(c, s, r):
+    """Held, and no write that was in flight when the hold was armed still
+    runs (``model.clocks``: such a write ends within MC_TRANSFER_TIMEOUT, at
+    most the deferral timeout, so before the hold's deadline passes)."""
+    return s.d[r].stage is DStage.HELD and not s.d[r].outlasts
+
+
+def _writes(s: State) -> Tuple[Tuple[int, int], ...]:
+    return tuple(sorted({(m.rid, m.prank) for m in s.net if m.kind == "write"}))
+
+
+def track_outlasts(s: State, nxt: State) -> State:
+    """``nxt`` with each request's ``outlasts`` carried on from ``s``: armed
+    with the writes in flight when the request goes HELD (they are in flight
+    in ``nxt``: a step that arms the hold lands no write), kept while those
+    writes are in flight, emptied when the hold ends."""
+    writes = None
+    for r, (was, now) in enumerate(zip(s.d, nxt.d)):
+        if now.stage is DStage.HELD:
+            if writes is None:
+                writes = _writes(nxt)
+            keep = (writes if was.stage is not DStage.HELD
+                    else tuple(x for x in was.outlasts if x in writes))
+        else:
+            keep = ()
+        if keep != now.outlasts:
+            nxt = set_d(nxt, r, outlasts=keep)
+    return nxt
+
+
+def note_hold_outlasts(c: Ctx, s: State, nxt: State, evs) -> State:
+    """History for the deferral timeout (``d_deferred_timeout``): which
+    writes the hold outlasts, where ``MC_TRANSFER_TIMEOUT`` is at most the
+    deferral timeout in the scenario's deployment (``clocks.hold_outlasts_writes``)."""
+    if not c.deferred or not c.hold_outlasts_writes:
+        return nxt
+    return track_outlasts(s, nxt)
+
+
+HISTORY.append(note_hold_outlasts)
 
 
 def _deadline_ranks(c, s, r):
@@ -130,7 +168,7 @@ def _deadline_ranks(c, s, r):
     return rank_args(c, s.d[r].held)
 
 
-@action("decode", guard=_held, needs=Needs(d={DStage.HELD}), choices=_deadline_ranks,
+@action("decode", guard=_hold_may_pass, needs=Needs(d={DStage.HELD}), choices=_deadline_ranks,
         event="timeouts", arg_names=RANK_ARG,
         timeout="SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT")
 def d_deferred_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
