@@ -113,7 +113,8 @@ def test_cli_json_schema(tmp_path):
     for row in data["results"]:
         assert set(row) == {"scenario", "property", "base_verdict", "proposal_verdict",
                             "change", "trace_file"}
-        assert row["change"] in ("fixed", "broken", "still-violated", "still-holds")
+        assert row["change"] in ("fixed", "broken", "no-longer-applies", "still-violated",
+                                 "still-holds", "not-applicable")
     broken = [x for x in data["results"] if x["change"] == "broken"]
     assert broken and all(pathlib.Path(x["trace_file"]).exists() for x in broken)
     # the trace names its proposal, so show and replay find it on their own
@@ -205,8 +206,9 @@ def test_guard_check_leads_with_the_answer(tmp_path):
     data = json.loads(run(*args, "--json").stdout)
     assert list(data)[0] == "summary" and data["summary"]["broken"] == 2
     changes = [x["change"] for x in data["results"]]
-    assert changes == sorted(changes, key=["broken", "fixed", "still-violated",
-                                           "still-holds"].index)
+    assert changes == sorted(changes, key=["broken", "fixed", "no-longer-applies",
+                                           "still-violated", "still-holds",
+                                           "not-applicable"].index)
 
 
 def test_guard_points_lists_the_proposal_fields_and_guard_diff_compares_them():
@@ -226,3 +228,25 @@ def test_guard_points_lists_the_proposal_fields_and_guard_diff_compares_them():
             "--json")
     by = {p["name"]: p for p in json.loads(r.stdout)["guard_points"]}
     assert by["scenario_overrides"]["status"] == "differs" and by["checksum"]["status"] == "same"
+
+
+def test_a_property_the_proposal_makes_inapplicable_is_not_called_fixed(tmp_path):
+    """Deferred release turned off: the properties of the hold no longer
+    apply, which is neither fixed nor still holding; the violations that
+    stay are still violated, and the summary line counts the cells apart."""
+    path = tmp_path / "no-deferral.py"
+    path.write_text('base = "0.5.21"\n'
+                    'scenario_overrides = {"options": {"deferred_release": False}}\n')
+    prop = proposal.load(str(path))
+    rows = {r.property: r for r in guardcheck.compare(
+        prop, [scenario.builtin("inflight-reuse")], properties.select([]),
+        pathlib.Path("unused"), pending=[])}
+    assert rows["drain-ack-releases-hold"].base_verdict == "holds"
+    assert rows["drain-ack-releases-hold"].change == "no-longer-applies"
+    assert rows["reentry-can-resume"].change == "not-applicable"
+    assert rows["no-foreign-kv-read"].change == "still-violated"
+    assert not [r for r in rows.values() if r.change == "fixed"]
+    r = run("guard", "check", str(path), "--scenario", "inflight-reuse", "--no-cost",
+            "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    assert "no longer applies: " in r.stdout and "not applicable: 1" in r.stdout

@@ -827,9 +827,10 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, depth
     # the answer first: the counts, then the broken and fixed cells with their traces
     console.print(f"{header}\n{_change_line(counts, len(scenarios))}", highlight=False,
                   markup=False)
-    style = {"fixed": "green", "broken": "bold red", "still-violated": "yellow", "still-holds": "dim"}
+    style = {"fixed": "green", "broken": "bold red", "no-longer-applies": "cyan",
+             "still-violated": "yellow", "still-holds": "dim", "not-applicable": "dim"}
     shown = [r for r in _by_change(rows)
-             if show_all or r.change in ("broken", "fixed")]
+             if show_all or r.change in ("broken", "fixed", "no-longer-applies")]
     if shown:
         table = Table(title="changed: base -> proposal" if not show_all
                       else "every cell: base -> proposal", title_justify="left")
@@ -861,19 +862,26 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, depth
         console.print(ct)
 
 
-CHANGE_ORDER = ("broken", "fixed", "still-violated", "still-holds")
+CHANGE_ORDER = ("broken", "fixed", "no-longer-applies", "still-violated", "still-holds",
+                "not-applicable")
 
 
 def _by_change(rows):
-    """Broken cells first, then fixed, still violated, still holding."""
+    """Broken cells first, then fixed, no longer applying, still violated,
+    still holding, applying on neither side."""
     return sorted(rows, key=lambda r: CHANGE_ORDER.index(r.change))
 
 
 def _change_line(counts: Dict[str, int], scenarios: int) -> str:
     cells = sum(counts.values())
     return (f"{'BROKEN' if counts['broken'] else 'broken'}: {counts['broken']}, "
-            f"fixed: {counts['fixed']}, still violated: {counts['still-violated']}, "
-            f"still hold: {counts['still-holds']} ({cells} cells: properties x "
+            f"fixed: {counts['fixed']}, "
+            + (f"no longer applies: {counts['no-longer-applies']}, "
+               if counts['no-longer-applies'] else "")
+            + f"still violated: {counts['still-violated']}, "
+            f"still hold: {counts['still-holds']}"
+            + (f", not applicable: {counts['not-applicable']}" if counts['not-applicable'] else "")
+            + f" ({cells} cells: properties x "
             f"{scenarios} scenario{'s' * (scenarios != 1)})")
 
 

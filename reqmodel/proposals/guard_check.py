@@ -20,8 +20,14 @@ from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
 from reqmodel.model.state import DStage, PStage, State
 
+# a property that applies on one side only (the proposal turns a mechanism
+# off or on) is neither fixed nor broken by that: a violation that goes
+# with its mechanism "no longer applies"; one that comes with it is broken
 CHANGE = {("violated", "holds"): "fixed", ("holds", "violated"): "broken",
-          ("violated", "violated"): "still-violated", ("holds", "holds"): "still-holds"}
+          ("violated", "violated"): "still-violated", ("holds", "holds"): "still-holds",
+          ("violated", "n/a"): "no-longer-applies", ("holds", "n/a"): "no-longer-applies",
+          ("n/a", "violated"): "broken", ("n/a", "holds"): "still-holds",
+          ("n/a", "n/a"): "not-applicable"}
 
 def timeout_seconds(release: Release, sc: Optional[Scenario] = None) -> Dict[str, float]:
     """Seconds each timeout action stands for on ``release``: its action
@@ -33,10 +39,10 @@ def timeout_seconds(release: Release, sc: Optional[Scenario] = None) -> Dict[str
 
 
 def _norm(v: str) -> str:
-    """A verdict as the change classification reads it.  Z3's bounded answers
+    """A verdict as the change classification reads it (``CHANGE``).  Z3's bounded answers
     count as what they say within the depth: holds (safety) and not reached
     (reachability, as "violated", the way an unreachable good state is)."""
-    return {"not-applicable": "holds", "holds-to-depth": "holds",
+    return {"not-applicable": "n/a", "holds-to-depth": "holds",
             "unreached-to-depth": "violated"}.get(v, v)
 
 
