@@ -141,3 +141,25 @@ def test_show_replay_and_report_print_what_the_trace_needs():
     report = CliRunner().invoke(cli, ["show", long, "--format", "report"]).output
     assert "**Timeout setting the trace needs:** needs MC_TRANSFER_TIMEOUT" in report
     assert "timing:" not in CliRunner().invoke(cli, ["show", base]).output
+
+
+def test_check_says_which_counterexamples_need_a_setting(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from reqmodel.cli.commands import cli
+    args = ["check", "--release", "0.5.21", "--property", "no-foreign-kv-read", "--workers", "1"]
+    got = CliRunner().invoke(cli, args + ["--scenario", "inflight-reuse-long-transfer",
+                                          "--out", str(tmp_path / "a"), "--json"])
+    assert got.exit_code == 0, got.output
+    result, = json.loads(got.output)["results"]
+    need, = result["timing"]
+    assert (need["longer"], need["shorter"], need["met"]) == (
+        clocks.MC_TRANSFER_TIMEOUT, clocks.DEFERRAL_TIMEOUT, True)
+    text = CliRunner().invoke(cli, args + ["--scenario", "inflight-reuse-long-transfer",
+                                           "--out", str(tmp_path / "b")]).output
+    assert "timing: no-foreign-kv-read on inflight-reuse-long-transfer (0.5.21)" in text
+    plain = CliRunner().invoke(cli, args + ["--scenario", "inflight-reuse", "--json",
+                                            "--out", str(tmp_path / "c")]).output
+    assert "timing" not in json.loads(plain)["results"][0]

@@ -195,18 +195,8 @@ def _timeouts(r) -> Tuple[str, ...]:
 def _timing(rel: Release, sc, r) -> List:
     """The timeout settings a trace needs (``clocks.needs``), replayed on the
     probe's scenario."""
-    if r.trace is None:
-        return []
     from reqmodel.model import clocks
-    from reqmodel.model.actions.core import Ctx, apply, initial_state
-    ctx = Ctx(rel, sc)
-    states = [initial_state(sc)]
-    for st in r.trace.steps:
-        got = apply(ctx, states[-1], st)
-        if got is None:
-            return []
-        states.append(got[0])
-    return clocks.needs(ctx, states, r.trace.steps)
+    return [] if r.trace is None else clocks.needs_of(rel, sc, r.trace.steps)
 
 
 def _without_timeouts(rel: Release, probe: derive.Probe, prop, out, workers):

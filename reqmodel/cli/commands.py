@@ -318,6 +318,13 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
     files = sorted({r.trace_file for r in results if r.trace_file})
     if files:
         stdout.print(f"{len(files)} trace file(s) written under {out}/")
+    timed: Dict[Tuple[str, str, str], List[str]] = {}
+    for r in results:
+        for need in {n.setting() for n in r.timing}:
+            timed.setdefault((r.property, r.scenario, need), []).append(r.release)
+    for (prop, sc_name, need), rels in sorted(timed.items()):
+        stdout.print(f"timing: {prop} on {sc_name} ({', '.join(rels)}): the counterexample {need}",
+                     markup=False, highlight=False)
     for prop, note in sorted({(r.property, r.note) for r in results
                               if r.note and r.note != BUDGET_NOTE}):
         stdout.print(f"{prop}: {note}", markup=False, highlight=False)

@@ -22,12 +22,13 @@ import hashlib
 import pathlib
 import re
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import attrs
 
 from reqmodel import messages
 from reqmodel.engines.exhaustive import DEFAULT_MAX_STATES, Trace, explore
+from reqmodel.model import clocks
 from reqmodel.model.actions import Ctx
 from reqmodel.model.properties import Kind, Property
 from reqmodel.model.releases import Release
@@ -77,6 +78,8 @@ class Result:
     # the counterexample (or witness) and what its trace file's #meta adds
     trace: Optional[Trace] = attrs.field(default=None, eq=False, repr=False)
     trace_meta: Dict = attrs.field(factory=dict, eq=False, repr=False)
+    # the timeout settings a counterexample needs (``clocks.needs``)
+    timing: Tuple = attrs.field(default=(), eq=False, repr=False)
 
     @property
     def trace_length(self) -> Optional[int]:
@@ -89,6 +92,8 @@ class Result:
                "seconds": round(self.seconds, 3)}
         if self.note:
             out["note"] = self.note
+        if self.timing:
+            out["timing"] = [n.to_json() for n in self.timing]
         if self.engine == "hypothesis":
             out.update(engine="hypothesis", examples=self.examples, runs=self.runs,
                        steps=self.steps)
@@ -401,7 +406,10 @@ def run(engine, releases: Sequence[Release], scenarios: Sequence[Scenario],
                         and (r.verdict == Answer.VIOLATED or write_witnesses)):
                     path = trace_path(out, rel.name, r.property, sc.name)
                     pending.append((path, r, sc))
-                results.append(attrs.evolve(r, trace_file=None if path is None else str(path)))
+                timing = (tuple(clocks.needs_of(rel, sc, r.trace.steps))
+                          if r.trace is not None and r.verdict == Answer.VIOLATED else ())
+                results.append(attrs.evolve(r, trace_file=None if path is None else str(path),
+                                            timing=timing))
             if progress is not None:
                 progress(sc, rel, pair)
     for path, r, sc in pending:

@@ -89,10 +89,14 @@ class Need:
         """The scenario's settings give it."""
         return self.longer_s > self.shorter_s
 
-    def __str__(self) -> str:
+    def setting(self) -> str:
+        """What it needs, with the scenario's values, without the step."""
         have = (f"set here: {self.longer_s:g} s > {self.shorter_s:g} s" if self.met
                 else f"here {self.longer_s:g} s and {self.shorter_s:g} s")
-        return f"needs {self.longer} above {self.shorter} ({have}; step {self.step})"
+        return f"needs {self.longer} above {self.shorter} ({have})"
+
+    def __str__(self) -> str:
+        return f"{self.setting()[:-1]}; step {self.step})"
 
     def to_json(self) -> Dict:
         return {"longer": self.longer, "shorter": self.shorter, "longer_s": self.longer_s,
@@ -115,3 +119,17 @@ def needs(ctx, states, steps) -> List[Need]:
             out.append(Need(MC_TRANSFER_TIMEOUT, DEFERRAL_TIMEOUT, longer, shorter, i + 1))
         tracked = track_outlasts(tracked, states[i + 1])
     return out
+
+
+def needs_of(release, scenario, steps) -> List[Need]:
+    """``needs`` of ``steps`` replayed from the scenario's initial state (none
+    when a step does not replay)."""
+    from reqmodel.model.actions.core import Ctx, apply, initial_state
+    ctx = Ctx(release, scenario)
+    states = [initial_state(scenario)]
+    for st in steps:
+        got = apply(ctx, states[-1], st)
+        if got is None:
+            return []
+        states.append(got[0])
+    return needs(ctx, states, steps)
