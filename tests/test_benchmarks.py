@@ -74,5 +74,5 @@ def test_ray_benchmark_finds_the_same_answer_and_measures_the_actors():
                           "--scenario", "prefill-tp-failure", "--release", "0.5.22"],
                          capture_output=True, text=True, check=True, cwd=ROOT).stdout
     (row,) = [line.split("|") for line in out.splitlines() if line.startswith("| prefill")]
-    assert row[3].strip() == "6,951" and row[-2].strip() == "yes"
+    assert row[3].strip() == "7,367" and row[-2].strip() == "yes"
     assert float(row[7]) > 0 and float(row[8]) > 0 and float(row[9]) > 0  # RSS, bytes, states
