@@ -271,3 +271,24 @@ def test_conform_trace_on_a_mutant_or_proposal_trace_says_what_it_is(tmp_path):
         lambda d: d["#meta"].update(guards="p.py", base="0.5.20")))
     one_line(run("conform", "--trace", "t.json", "--dir", "no-env", cwd=tmp_path),
              "made on the proposal p.py (base 0.5.20), which no SGLang release contains")
+
+
+def test_out_names_with_markup_or_too_long_are_printed_or_refused_in_one_line(tmp_path):
+    """Rich reads '[/]' as a closing tag: a path is printed as written. A name
+    longer than the file system allows is refused before any work, wherever
+    it is in the path."""
+    r = run("check", "--out", "x[/]", "--property", "no-foreign-kv-read", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "written under x[/]/" in " ".join(r.stdout.split())
+    assert files_under(tmp_path / "x[")
+    for out in ("a" * 300, str(tmp_path / "ok" / ("a" * 300) / "b")):
+        one_line(run("check", "--out", out, cwd=tmp_path), "longer than the file system allows")
+    assert not (tmp_path / "ok").exists()
+
+
+def test_a_proposal_path_with_markup_is_printed_as_written(tmp_path):
+    (tmp_path / "[").mkdir()
+    (tmp_path / "[" / "].py").write_text((ROOT / "notes/examples/deny-all.py").read_text())
+    r = run("guard", "diff", "0.5.20", "[/].py", "--no-reach", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "guard diff 0.5.20 -> [/].py" in r.stdout

@@ -433,15 +433,17 @@ BAD_VALUES = {
     "--prefill-log": ["no-such.log"],
     "--scenario-file": ["no-such.toml"],
     "--guards": ["no-such.py"],
+    # a name longer than the file system allows, anywhere in the path
+    "--out": ["a" * 300, "ok/" + "b" * 300 + "/c"],
 }
 OPTIONS_OF = {
     "check": ["--release", "--scenario", "--property", "--engine", "--max-states", "--workers",
-              "--scenario-file"],
+              "--scenario-file", "--out"],
     "audit": ["--release", "--assume", "--env", "--prefill-args", "--decode-args",
-              "--prefill-log", "--workers"],
+              "--prefill-log", "--workers", "--out"],
     "replay": ["--release", "--guards"],
     "show": ["--format", "--guards"],
-    "guard check": ["--scenario", "--engine", "--max-states", "--scenario-file"],
+    "guard check": ["--scenario", "--engine", "--max-states", "--scenario-file", "--out"],
     "guard diff": ["--scenario", "--point", "--max-states"],
     "conform": ["--release", "--cases"],
 }

@@ -7,6 +7,7 @@ one line on stderr with exit status 2, never a traceback.
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import sys
 from typing import Dict, List, Optional, Tuple
@@ -91,14 +92,27 @@ def _scenarios(names: Tuple[str, ...], files: Tuple[str, ...],
     return out or [sc_mod.builtin(n) for n in default]
 
 
+try:
+    _NAME_MAX = os.pathconf("/", "PC_NAME_MAX")
+except (AttributeError, OSError, ValueError):  # not POSIX
+    _NAME_MAX = 255
+
+
 def _out_dir(out: str, option: str = "--out") -> pathlib.Path:
     """``--out`` as a directory that can be made: refused in one line when a
     part of it is a file, or the name is not a usable path."""
     if "\0" in out or not out.strip():
         raise UserError(f"{option} must name a directory")
     path = pathlib.Path(out)
+    if any(len(os.fsencode(name)) > _NAME_MAX for name in path.parts):
+        raise UserError(f"{option} {messages.short(out)}: a name in it is longer than the "
+                        f"file system allows ({_NAME_MAX} bytes)")
     for part in (path, *path.parents):
-        if part.exists():
+        try:
+            exists = part.exists()
+        except OSError as e:  # a name too long for the file system, and the like
+            raise UserError(f"{option} {messages.short(out)}: {e.strerror}")
+        if exists:
             if not part.is_dir():
                 raise UserError(f"{option} {out}: {part} is a file, not a directory")
             break
@@ -317,7 +331,8 @@ def check(release, scenario_names, scenario_files, prop_names, engine, depth, z3
         stdout.print(table)
     files = sorted({r.trace_file for r in results if r.trace_file})
     if files:
-        stdout.print(f"{len(files)} trace file(s) written under {out}/")
+        stdout.print(f"{len(files)} trace file(s) written under {out}/", markup=False,
+                     highlight=False)
     timed: Dict[Tuple[str, str, str], List[str]] = {}
     for r in results:
         for need in {n.setting() for n in r.timing}:
@@ -931,7 +946,8 @@ def guard_diff_cmd(a, b, scenario_names, no_reach, points, max_states, as_json) 
                                "guard_points": [_point_json(p) for p in result]}, indent=1))
         return
     console = _console()
-    console.print(f"guard diff {sa.label} -> {sb.label} ({seconds:.1f} s)", highlight=False)
+    console.print(f"guard diff {sa.label} -> {sb.label} ({seconds:.1f} s)", highlight=False,
+                  markup=False)
     for p in result:
         if p.name in props_mod.g.FIELD_POINTS:
             what = "the same" if p.status == "same" else "differs"
@@ -946,12 +962,13 @@ def guard_diff_cmd(a, b, scenario_names, no_reach, points, max_states, as_json) 
                           + ("" if p.status == "same" else f" / {p.b_impl}") + ")",
                           highlight=False, markup=False)
             continue
-        t = Table(title=f"{p.name}: {p.a_impl} -> {p.b_impl}", title_justify="left")
+        # the labels and implementations may be a proposal's path: printed as written
+        t = Table(title=escape(f"{p.name}: {p.a_impl} -> {p.b_impl}"), title_justify="left")
         for col in (sa.label, sb.label, "request state (fields not named: any value)"):
-            t.add_column(col, no_wrap=col != "request state (fields not named: any value)")
+            t.add_column(escape(col), no_wrap=col != "request state (fields not named: any value)")
         if scenarios is not None:
-            t.add_column(f"reached under {sa.label}")
-            t.add_column(f"reached under {sb.label}")
+            t.add_column(escape(f"reached under {sa.label}"))
+            t.add_column(escape(f"reached under {sb.label}"))
         for i, r in enumerate(p.regions):
             row = [symbolic.show(r.a), symbolic.show(r.b), "\n".join(r.fields) or "any"]
             if scenarios is not None:
@@ -1157,8 +1174,9 @@ def conform_cmd(ctx, release, model_release, do_setup, root, target, as_json, sh
         for o in outcomes:
             for m in o.mismatches[:show]:
                 console.print(f"[bold]{o.release}[/] vs model {o.model_release}: {m.seam} "
-                              f"from {m.origin}")
-                console.print(f"  inputs {json.dumps(m.inputs, sort_keys=True)}")
+                              f"from {escape(str(m.origin))}")
+                console.print(f"  inputs {json.dumps(m.inputs, sort_keys=True)}", markup=False,
+                              highlight=False)
                 keys = sorted(set(m.model) | set(m.real))
                 side = Table(show_header=True, box=None, padding=(0, 2))
                 side.add_column("observable")
