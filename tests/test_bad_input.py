@@ -292,3 +292,27 @@ def test_a_proposal_path_with_markup_is_printed_as_written(tmp_path):
     r = run("guard", "diff", "0.5.20", "[/].py", "--no-reach", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "guard diff 0.5.20 -> [/].py" in r.stdout
+
+
+def test_small_traps_get_a_useful_line(tmp_path):
+    """A scenario file passed as a proposal, another tool's ITF trace and a
+    misspelt server flag each get one line that says what to do; a
+    comma-separated --property is the same as repeating it."""
+    scen = ROOT / "reqmodel/scenarios/incident.toml"
+    one_line(run("replay", str(TRACE), "--guards", str(scen), cwd=tmp_path),
+             "a TOML file, not a proposal")
+    (tmp_path / "inc.py").write_text(scen.read_text())  # TOML under a .py name
+    one_line(run("guard", "check", "inc.py", "--no-cost", cwd=tmp_path),
+             "a TOML file, not a proposal")
+    (tmp_path / "other.itf.json").write_text('{"vars": ["x"], "states": [{"x": 1}, {"x": 2}]}')
+    one_line(run("show", "other.itf.json", cwd=tmp_path), "not a reqmodel trace")
+    one_line(run("audit", "--release", "0.5.22", "--prefill-args", "--context-lenght 100",
+                 "--decode-args", "--context-length 100", cwd=tmp_path),
+             "did you mean '--context-length'")
+    r = run("check", "--property", "no-foreign-kv-read,abort-is-terminal", "--json",
+            "--out", "o", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert {x["property"] for x in json.loads(r.stdout)["results"]} == {
+        "no-foreign-kv-read", "abort-is-terminal"}
+    one_line(run("check", "--property", "no-foreign-kv-read,", cwd=tmp_path),
+             "unknown property ''")

@@ -22,6 +22,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import attrs
 
+from reqmodel import messages
+
 HERE = pathlib.Path(__file__).parent / "flags"
 
 
@@ -158,7 +160,11 @@ def parse(release: str, role: str, text: str) -> Dict[str, Any]:
     except AuditError as exc:
         msg = str(exc).replace("unrecognized arguments", "not a server flag of "
                                f"sglang {release}")
-        raise AuditError(f"--{role}-args: {msg}") from None
+        known = [f for spec in load(release).flags for f in spec["flags"]]
+        unknown = [a.split("=", 1)[0] for a in argv
+                   if a.startswith("--") and a.split("=", 1)[0] not in known]
+        hint = messages.did_you_mean(unknown[0], known) if unknown else ""
+        raise AuditError(f"--{role}-args: {msg}{hint}") from None
     return vars(ns)
 
 

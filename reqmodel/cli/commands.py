@@ -189,7 +189,8 @@ def _cell(r) -> str:
 @click.option("--scenario-file", "scenario_files", multiple=True,
               type=click.Path(dir_okay=False), help="A scenario TOML file.")
 @click.option("--property", "prop_names", multiple=True, shell_complete=_complete_property,
-              help="Check only this property (repeatable; default: the whole catalog).")
+              help="Check only this property (repeatable, or a comma-separated list; default: "
+                   "the whole catalog).")
 @click.option("--engine", type=click.Choice(list(ENGINES)),
               default="exhaustive", show_default=True, help="Checking engine.")
 @click.option("--depth", type=int, default=None,

@@ -535,7 +535,8 @@ def select(names) -> Tuple[Property, ...]:
     if not names:
         return tuple(CATALOG.values())
     out = []
-    for n in names:
+    # --property a,b is --property a --property b
+    for n in [part for name in names for part in str(name).split(",")]:
         if n not in CATALOG:
             from reqmodel.messages import did_you_mean, short
             raise PropertyError(f"unknown property {short(n)}{did_you_mean(n, CATALOG)} "

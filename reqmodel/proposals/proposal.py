@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import inspect
 import pathlib
+import tomllib
 import types
 from typing import Any, Callable, Dict
 
@@ -127,11 +128,26 @@ def _wrap(path: str, gp: g.GuardPoint, fn: Callable, limit: float) -> Callable:
 _short = messages.short
 
 
+def _not_toml(path) -> str:
+    return (f"{path}: a TOML file, not a proposal (a Python file: base = \"0.5.x\" and the "
+            "guard points it replaces); a scenario goes to --scenario-file")
+
+
+def _is_toml(text: str) -> bool:
+    try:
+        tomllib.loads(text)
+        return True
+    except (tomllib.TOMLDecodeError, RecursionError, ValueError):
+        return False
+
+
 def _import(path: str, p: pathlib.Path, limit: float):
     """The proposal file as a module: read as bytes, decoded as UTF-8 and
     compiled as Python source whatever its suffix; whatever it raises, a
     one-line ProposalError."""
     text = textfile.read(str(path), "proposal", ProposalError, "python")
+    if p.suffix.lower() == ".toml":
+        raise ProposalError(_not_toml(path))
     name = "reqmodel_proposal_" + "".join(c if c.isalnum() else "_" for c in p.stem)[:60]
     module = types.ModuleType(name)
     module.__file__ = str(p)
@@ -143,9 +159,13 @@ def _import(path: str, p: pathlib.Path, limit: float):
     except usercode.Overrun:
         raise ProposalError(f"{path}: {usercode.overrun_message('importing it')}") from None
     except SyntaxError as exc:
+        if _is_toml(text):
+            raise ProposalError(_not_toml(path)) from None
         line = f" (line {exc.lineno})" if exc.lineno else ""
         raise ProposalError(f"{path}: does not import: SyntaxError: {exc.msg}{line}") from None
     except BaseException as exc:
+        if isinstance(exc, NameError) and _is_toml(text):  # [prefill] reads as a Python list
+            raise ProposalError(_not_toml(path)) from None
         raise ProposalError(f"{path}: does not import: {usercode.describe(exc)}") from None
     finally:
         usercode.leave()

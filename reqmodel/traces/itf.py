@@ -188,6 +188,10 @@ def read(path) -> Tuple[Dict[str, Any], Tuple[Step, ...]]:
     for i, st in enumerate(data["states"][1:], start=1):
         m = st.get("#meta") if isinstance(st, dict) else None
         if not isinstance(m, dict) or "action" not in m:
+            if meta.get("source") != "reqmodel":  # another tool's ITF: no actions to replay
+                raise TraceFileError(
+                    f"{path}: not a reqmodel trace (its '#meta' has no \"source\": "
+                    "\"reqmodel\", and its states name no actions to replay)")
             raise TraceFileError(f"{path}: state {i} has no '#meta' action")
         name = m["action"]
         if name not in BY_NAME:
