@@ -30,7 +30,8 @@ tr.violating td { background: #ffd7d7; }
 code { background: #f4f4f4; padding: 1px 4px; }
 """
 
-CELL_TEXT = {"violated": "violated", "holds": "holds", "not-applicable": "n/a"}
+CELL_TEXT = {"violated": "violated", "holds": "holds", "not-applicable": "n/a",
+             "not-checked": "not checked"}
 
 
 def _page(title: str, body: List[str]) -> str:

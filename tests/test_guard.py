@@ -250,3 +250,20 @@ def test_a_property_the_proposal_makes_inapplicable_is_not_called_fixed(tmp_path
             "--out", str(tmp_path / "out"))
     assert r.returncode == 0, r.stderr
     assert "no longer applies: " in r.stdout and "not applicable: 1" in r.stdout
+
+
+def test_a_property_the_engine_cannot_decide_is_not_a_change(tmp_path):
+    """With --engine z3 the liveness properties are not checked on either
+    side (no state graph): 'not-checked', never 'fixed' or 'broken'."""
+    r = run("guard", "check", str(EX / "pr38935-on-0.5.20.py"), "--engine", "z3", "--depth", "6",
+            "--scenario", "both-reject", "--no-cost", "--json", "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    by = {x["property"]: x for x in data["results"]}
+    assert by["no-livelock"]["change"] == "not-checked"
+    assert by["no-livelock"]["base_verdict"] == by["no-livelock"]["proposal_verdict"] == "not-checked"
+    graph = {p.name for p in properties.CATALOG.values() if p.kind.on_graph}
+    assert not [x for x in data["results"]
+                if x["property"] in graph and x["change"] in ("fixed", "broken")
+                and "not-checked" in (x["base_verdict"], x["proposal_verdict"])]
+    assert data["summary"]["not-checked"] >= 1

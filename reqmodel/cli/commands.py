@@ -154,7 +154,7 @@ BUDGET = {"hypothesis": 60.0, "z3": 120.0}
 Z3_MAX_DEPTH = ENGINES["z3"].MAX_DEPTH
 
 _CELL = {"holds": "[green]holds[/]", "violated": "[bold red]violated[/]",
-         "not-applicable": "[dim]n/a[/]"}
+         "not-applicable": "[dim]n/a[/]", "not-checked": "[dim]not checked[/]"}
 
 # the Z3 engine's bounded answers
 _BOUNDED = {"holds-to-depth": "[green]holds[/] to depth {}",
@@ -430,7 +430,8 @@ class _LiveStatus:
 
 def _summary(releases, results) -> Dict[str, Dict[str, int]]:
     """Per release, how many cells have each verdict (violated first)."""
-    order = ["violated", "holds", "holds-to-depth", "unreached-to-depth", "not-applicable"]
+    order = ["violated", "holds", "holds-to-depth", "unreached-to-depth", "not-checked",
+             "not-applicable"]
     out: Dict[str, Dict[str, int]] = {}
     for rel in releases:
         counts = {k: 0 for k in order}
@@ -443,7 +444,8 @@ def _summary(releases, results) -> Dict[str, Dict[str, int]]:
 
 def _summary_line(release: str, counts: Dict[str, int], scenarios: int) -> str:
     words = {"violated": "violated", "holds": "hold", "holds-to-depth": "hold to depth",
-             "unreached-to-depth": "not reached to depth", "not-applicable": "not applicable"}
+             "unreached-to-depth": "not reached to depth", "not-checked": "not checked",
+             "not-applicable": "not applicable"}
     parts = ", ".join(f"{n:,} {words.get(k, k)}" for k, n in counts.items())
     return f"{release}: {parts} (over {scenarios} scenario{'s' * (scenarios != 1)})"
 
@@ -851,7 +853,8 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, depth
     console.print(f"{header}\n{_change_line(counts, len(scenarios))}", highlight=False,
                   markup=False)
     style = {"fixed": "green", "broken": "bold red", "no-longer-applies": "cyan",
-             "still-violated": "yellow", "still-holds": "dim", "not-applicable": "dim"}
+             "still-violated": "yellow", "still-holds": "dim", "not-applicable": "dim",
+             "not-checked": "dim"}
     shown = [r for r in _by_change(rows)
              if show_all or r.change in ("broken", "fixed", "no-longer-applies")]
     if shown:
@@ -886,7 +889,7 @@ def guard_check_cmd(proposal_file, scenario_names, scenario_files, engine, depth
 
 
 CHANGE_ORDER = ("broken", "fixed", "no-longer-applies", "still-violated", "still-holds",
-                "not-applicable")
+                "not-applicable", "not-checked")
 
 
 def _by_change(rows):
@@ -904,6 +907,8 @@ def _change_line(counts: Dict[str, int], scenarios: int) -> str:
             + f"still violated: {counts['still-violated']}, "
             f"still hold: {counts['still-holds']}"
             + (f", not applicable: {counts['not-applicable']}" if counts['not-applicable'] else "")
+            + (f", not checked by this engine: {counts['not-checked']}"
+               if counts['not-checked'] else "")
             + f" ({cells} cells: properties x "
             f"{scenarios} scenario{'s' * (scenarios != 1)})")
 

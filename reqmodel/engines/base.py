@@ -50,6 +50,9 @@ class Answer(enum.StrEnum):
     HOLDS = "holds"  # safety: no violation; reachability: the good state is reached
     VIOLATED = "violated"  # safety: a counterexample; reachability: the good state is unreachable
     NOT_APPLICABLE = "not-applicable"  # the property says nothing on this release x scenario
+    # the property applies, but this engine (or mode) cannot decide it: the
+    # note says what can (a liveness property without the state graph)
+    NOT_CHECKED = "not-checked"
     HOLDS_TO_DEPTH = "holds-to-depth"  # z3: no violation of at most `depth` steps
     UNREACHED_TO_DEPTH = "unreached-to-depth"  # z3: not within `depth` steps; hypothesis: not in its samples
 
@@ -183,7 +186,8 @@ def partial_forms(engine, release: Release, scenario: Scenario, props: Sequence[
     property (``Kind.on_graph``) is checked in its partial form, a state
     predicate, when it has one, and reported ``violated`` when that breaks
     (a deadlock is a violation of the whole property too); otherwise it is
-    ``not-applicable`` with the property's own one-line reason."""
+    ``not-checked`` with the property's own one-line reason (``not-applicable``
+    where the property says nothing)."""
     got = {r.property: r for r in check(without_graph(release, scenario, props))}
     out = []
     for p in props:
@@ -191,11 +195,12 @@ def partial_forms(engine, release: Release, scenario: Scenario, props: Sequence[
         if not p.kind.on_graph:
             out.append(r)
         elif r is not None and r.verdict == Answer.VIOLATED:
-            out.append(attrs.evolve(r, kind=p.kind, note="its deadlock form is broken"))
+            out.append(attrs.evolve(r, kind=p.kind, note="violated in its deadlock form"))
         else:
-            note = (f"{p.partial_note}: {engine.whole_graph}" if p.applies(release, scenario)
-                    else None)
-            out.append(Result(release.name, scenario.name, p.name, p.kind, Answer.NOT_APPLICABLE,
+            applies = p.applies(release, scenario)
+            note = f"{p.partial_note}: {engine.whole_graph}" if applies else None
+            out.append(Result(release.name, scenario.name, p.name, p.kind,
+                              Answer.NOT_CHECKED if applies else Answer.NOT_APPLICABLE,
                               None, None, 0.0 if r is None else r.seconds, engine.name,
                               note=note))
     return out

@@ -27,7 +27,12 @@ CHANGE = {("violated", "holds"): "fixed", ("holds", "violated"): "broken",
           ("violated", "violated"): "still-violated", ("holds", "holds"): "still-holds",
           ("violated", "n/a"): "no-longer-applies", ("holds", "n/a"): "no-longer-applies",
           ("n/a", "violated"): "broken", ("n/a", "holds"): "still-holds",
-          ("n/a", "n/a"): "not-applicable"}
+          ("n/a", "n/a"): "not-applicable",
+          # the engine cannot decide the property (a liveness property without
+          # the state graph): never counted as a change
+          **{(a, b): "not-checked" for a in ("violated", "holds", "n/a", "not-checked")
+             for b in ("violated", "holds", "n/a", "not-checked")
+             if "not-checked" in (a, b)}}
 
 def timeout_seconds(release: Release, sc: Optional[Scenario] = None) -> Dict[str, float]:
     """Seconds each timeout action stands for on ``release``: its action
