@@ -56,3 +56,12 @@ def test_a_scenario_past_max_states_is_refused_before_any_work(tmp_path):
     r = _run("check", "--scenario-file", str(f), "--release", "0.5.21", "--workers", "1",
              "--json", "--out", "o", cwd=tmp_path)
     assert "estimated" not in r.stderr and json.loads(r.stdout)["summary"]
+
+
+def test_a_range_of_counts_reads_one_way():
+    """'151 to 186 k' read as 151 thousand to 186 thousand: counts are
+    written whole below a million and in words beyond."""
+    assert estimate._n(151) == "151" and estimate._n(186_066) == "186,066"
+    assert estimate._n(3_200_000_000) == "3.2 billion"
+    text = estimate.Estimate(12, 151, 5_000, 186_066).describe()
+    assert text.startswith("estimated 151 to 186,066 distinct states")

@@ -104,10 +104,13 @@ def estimate(sc: Scenario) -> Estimate:
 
 
 def _n(x: int) -> str:
-    for unit, div in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+    """A count written whole up to a million (``186,066``), in words beyond
+    (``3.2 billion``): no unit that one end of a range could seem to share."""
+    for unit, div in (("quadrillion", 1e15), ("trillion", 1e12), ("billion", 1e9),
+                      ("million", 1e6)):
         if x >= div:
             return f"{x / div:.3g} {unit}"
-    return str(x)
+    return f"{x:,}"
 
 
 def _mb(states: int) -> str:
