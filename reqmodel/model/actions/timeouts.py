@@ -180,7 +180,10 @@ def d_deferred_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     deadlines can pass one iteration apart, and a rank whose deadline passed
     frees its copy while its peers hold.  0.5.23 MIN-reduces readiness over
     every held entry (dc 23:3053-3069): the ranks release together, at the
-    last rank's deadline."""
+    last rank's deadline.  The deadline is armed with the hold (dc 21:2783,
+    22:2891, 23:2998), so it does not pass while a write that was in flight
+    then still runs, where ``MC_TRANSFER_TIMEOUT`` is at most this timeout
+    (``_hold_may_pass``, ``model.clocks``)."""
     if arg and len(s.d[r].held) > 1:
         k = rank_of(arg)
         req = s.d[r]
