@@ -29,10 +29,13 @@ CHANGE = {("violated", "holds"): "fixed", ("holds", "violated"): "broken",
           ("n/a", "violated"): "broken", ("n/a", "holds"): "still-holds",
           ("n/a", "n/a"): "not-applicable",
           # the engine cannot decide the property (a liveness property without
-          # the state graph): never counted as a change
+          # the state graph): a violation that goes is not a fix...
           **{(a, b): "not-checked" for a in ("violated", "holds", "n/a", "not-checked")
              for b in ("violated", "holds", "n/a", "not-checked")
-             if "not-checked" in (a, b)}}
+             if "not-checked" in (a, b)},
+          # ... but one the proposal gains is: a deadlock it finds is a violation
+          # of the whole property, where the base's search found none
+          ("not-checked", "violated"): "broken"}
 
 def timeout_seconds(release: Release, sc: Optional[Scenario] = None) -> Dict[str, float]:
     """Seconds each timeout action stands for on ``release``: its action
