@@ -391,10 +391,13 @@ def test_transfer_timeout_above_the_deferral_reaches_the_probes_and_the_findings
                 if f["property"] == "no-foreign-kv-read" and f["scenario"].endswith("inflight-reuse"))
     assert "needs MC_TRANSFER_TIMEOUT above" in read["why"] and "300 s > 30 s" in read["why"]
     assert_traces_replay(data, tmp_path)
-    # the defaults: the probe sets no timeout, and its trace needs none
-    data = audit(tmp_path, "0.5.21", base, base, "--assume", "multi-prefill")
-    probe = next(p for p in data["probes"] if p["name"].endswith("inflight-reuse"))
-    assert "timeouts={" not in probe["settings"]
-    read = next(f for f in gate(data, "transfer-read")["findings"]
-                if f["property"] == "no-foreign-kv-read" and f["scenario"].endswith("inflight-reuse"))
-    assert "needs MC_TRANSFER_TIMEOUT" not in read["why"]
+    # the defaults: no probe sets a timeout (the trace of inflight-reuse with
+    # the defaults needs none: tests/test_clocks.py)
+    p = role("0.5.21", "prefill", base)
+    st = derive.settings(releases.get("0.5.21"), p, role("0.5.21", "decode", base))
+    assert st.timeouts == ()
+    st = derive.settings(releases.get("0.5.21"), role(
+        "0.5.21", "prefill", base, ["prefill:MC_TRANSFER_TIMEOUT=300"]), role(
+        "0.5.21", "decode", base, ["decode:SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT=60"]))
+    assert st.timeouts == (("MC_TRANSFER_TIMEOUT", 300.0),
+                           ("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT", 60.0))
