@@ -89,16 +89,13 @@ def settings(rel: Release, p: Role, d: Role) -> Settings:
     # backend's supports_deferred_decode_kv_release (cc 21:184-187, mc 21:221)
     deferred = bool(d.env.get(DEFERRED, rel.deferred_release_default))
     probe = bool(p.env.get(PROBE, rel.failed_session_probe_default))
-    timeouts = tuple(sorted(
-        (env, float(role.env[env])) for env, role in ((clocks.MC_TRANSFER_TIMEOUT, p),
-                                                      (clocks.DEFERRAL_TIMEOUT, d))
-        if env in role.env and float(role.env[env]) > 0
-        and float(role.env[env]) != clocks.seconds(rel, _NO_SETTINGS, env)))
+    set_here = ((env, float(role.env[env])) for env, role in ((clocks.MC_TRANSFER_TIMEOUT, p),
+                                                               (clocks.DEFERRAL_TIMEOUT, d))
+                if env in role.env)
+    timeouts = tuple(sorted((env, value) for env, value in set_here
+                            if value > 0 and value != clocks.default_seconds(rel, env)))
     return Settings(p.auto_truncate, d.auto_truncate, p.kv_checksum, d.kv_checksum, d.overlap,
                     deferred, p.layout == d.layout, tuple(notes), probe, timeouts)
-
-
-_NO_SETTINGS = sc_mod.builtin(sc_mod.DEFAULT)  # a scenario that sets no timeout
 
 
 def _apply(sc: Scenario, st: Settings, name: str, truncate: bool = True) -> Scenario:

@@ -192,13 +192,6 @@ def _timeouts(r) -> Tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in names if n))
 
 
-def _timing(rel: Release, sc, r) -> List:
-    """The timeout settings a trace needs (``clocks.needs``), replayed on the
-    probe's scenario."""
-    from reqmodel.model import clocks
-    return [] if r.trace is None else clocks.needs_of(rel, sc, r.trace.steps)
-
-
 def _without_timeouts(rel: Release, probe: derive.Probe, prop, out, workers):
     """The property on the probe with its timeouts switched off: a violation
     there needs no timeout to fire."""
@@ -268,10 +261,8 @@ def _finding(rel, p, d, q, items, by_name, out, workers) -> Finding:
                     "only when a transfer or a peer outlives it.")
             fix = (f"keep {', '.join(needs)} above the longest transfer of one prompt's KV; "
                    + fix)
-    # (a violation found again without timeouts takes none, and needs none)
-    timing = _timing(rel, probe.scenario, r) if r.scenario == probe.scenario.name else []
-    if timing:
-        why += " The trace " + "; ".join(str(n) for n in timing) + "."
+    if r.timing:  # what engines.base.run read off the trace
+        why += " The trace " + "; ".join(str(n) for n in r.timing) + "."
     title = f.title if f is not None else q.text.split(". ")[0].rstrip(".")
     if needs and verdict == "warn" and q.on_violation == "fail":
         title += f" (after {', '.join(needs)})"

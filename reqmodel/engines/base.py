@@ -411,7 +411,7 @@ def run(engine, releases: Sequence[Release], scenarios: Sequence[Scenario],
                         and (r.verdict == Answer.VIOLATED or write_witnesses)):
                     path = trace_path(out, rel.name, r.property, sc.name)
                     pending.append((path, r, sc))
-                timing = (tuple(clocks.needs_of(rel, sc, r.trace.steps))
+                timing = (tuple(clocks.needs(Ctx(rel, sc), r.trace.states, r.trace.steps))
                           if r.trace is not None and r.verdict == Answer.VIOLATED else ())
                 results.append(attrs.evolve(r, trace_file=None if path is None else str(path),
                                             timing=timing))

@@ -39,6 +39,8 @@ from typing import Dict, List, Tuple
 
 import attrs
 
+from reqmodel.model import releases
+
 # Mooncake's transfer engine, not SGLang: its default, the same under every
 # release (Mooncake's transfer engine Python API, "MC_TRANSFER_TIMEOUT: Sets
 # the transfer timeout in seconds (default: 30)")
@@ -46,23 +48,26 @@ MC_TRANSFER_TIMEOUT = "MC_TRANSFER_TIMEOUT"
 DEFERRAL_TIMEOUT = "SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT"
 ENGINE_DEFAULTS: Dict[str, float] = {MC_TRANSFER_TIMEOUT: 30.0}
 
-# the timeouts a scenario's ``options.timeouts`` may set: SGLang's (the same
-# names on every release, ``Release.timeouts``) and the transfer engine's
-TIMEOUT_ENVS: Tuple[str, ...] = (
-    "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", "SGLANG_DISAGGREGATION_WAITING_TIMEOUT",
-    DEFERRAL_TIMEOUT, MC_TRANSFER_TIMEOUT)
+# the timeouts a scenario's ``options.timeouts`` may set: SGLang's (every
+# release record's ``timeouts``) and the transfer engine's
+TIMEOUT_ENVS: Tuple[str, ...] = tuple(dict.fromkeys(
+    [env for rel in releases.RELEASES.values() for env, _ in rel.timeouts]
+    + list(ENGINE_DEFAULTS)))
+
+
+def default_seconds(release, env: str) -> float:
+    """Timeout ``env``'s default: the release's, or the engine's for
+    ``MC_TRANSFER_TIMEOUT``."""
+    if env in ENGINE_DEFAULTS:
+        return ENGINE_DEFAULTS[env]
+    return release.timeout_seconds(env)
 
 
 def seconds(release, scenario, env: str) -> float:
     """The period of timeout ``env`` in the scenario's deployment: its
-    ``options.timeouts`` entry, else the release's default (the engine's,
-    for ``MC_TRANSFER_TIMEOUT``)."""
+    ``options.timeouts`` entry, else its default."""
     got = dict(scenario.timeouts).get(env)
-    if got is not None:
-        return got
-    if env in ENGINE_DEFAULTS:
-        return ENGINE_DEFAULTS[env]
-    return release.timeout_seconds(env)
+    return default_seconds(release, env) if got is None else got
 
 
 def hold_outlasts_writes(release, scenario) -> bool:
@@ -120,16 +125,3 @@ def needs(ctx, states, steps) -> List[Need]:
         tracked = track_outlasts(tracked, states[i + 1])
     return out
 
-
-def needs_of(release, scenario, steps) -> List[Need]:
-    """``needs`` of ``steps`` replayed from the scenario's initial state (none
-    when a step does not replay)."""
-    from reqmodel.model.actions.core import Ctx, apply, initial_state
-    ctx = Ctx(release, scenario)
-    states = [initial_state(scenario)]
-    for st in steps:
-        got = apply(ctx, states[-1], st)
-        if got is None:
-            return []
-        states.append(got[0])
-    return needs(ctx, states, steps)

@@ -17,6 +17,7 @@ import attrs
 
 from reqmodel import messages
 from reqmodel.model import releases, textfile
+from reqmodel.model.clocks import TIMEOUT_ENVS
 
 
 class ScenarioError(ValueError):
@@ -229,7 +230,6 @@ def _default_or_bool(options: Dict[str, Any], key: str) -> Optional[bool]:
 def _timeouts(options: Dict[str, Any]) -> Tuple[Tuple[str, float], ...]:
     """``options.timeouts``: a table of timeout settings by environment
     variable (``clocks.TIMEOUT_ENVS``), each a positive number of seconds."""
-    from reqmodel.model.clocks import TIMEOUT_ENVS
     table = options.get("timeouts", {})
     if not isinstance(table, dict):
         raise ScenarioError("options.timeouts must be a table of seconds by environment variable")
