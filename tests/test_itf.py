@@ -40,11 +40,11 @@ def test_itf_structure(trace_file):
     # into the same files
     assert "timestamp" not in meta
     assert meta["format"] == "ITF" and meta["release"] == "0.5.19"
-    assert data["vars"] == list(itf.VARS)
+    assert data["vars"] == list(itf.trace_vars(t.states))
     assert len(data["states"]) == len(t) + 1
     for i, st in enumerate(data["states"]):
         assert st["#meta"]["index"] == i
-        assert set(itf.VARS) <= set(st)
+        assert set(data["vars"]) <= set(st)
     assert data["states"][-1]["#meta"]["violation"] == "no-foreign-kv-read"
     # no bare JSON integer anywhere: every int is a #bigint
     for node in _walk([{k: v for k, v in st.items() if k != "#meta"} for st in data["states"]]):
@@ -54,13 +54,15 @@ def test_itf_structure(trace_file):
 
 def test_every_state_field_is_a_trace_variable(trace_file):
     """The trace variables come from the state's own fields, so a field added
-    to the state is in every trace without a list to update."""
+    to the state is in every trace without a list to update; a field marked
+    ITF_OMIT (a prefill instance's death) only in the traces that move it."""
     import attrs
     from reqmodel.model.state import State
     path, t = trace_file
     data = json.loads(path.read_text())
-    names = [f.name for f in attrs.fields(State)]
-    assert data["vars"] == names
+    names = [f.name for f in attrs.fields(State)
+             if f.name not in ("prefill_dead", "prefill_lost")]
+    assert data["vars"] == names  # no prefill instance died or was lost in it
     assert {"d_rooms", "room_slots"} <= set(names)
     for st in data["states"]:
         assert set(names) <= set(st)
@@ -70,14 +72,18 @@ def test_the_committed_corpus_records_every_state_field():
     import pathlib
     import attrs
     from reqmodel.model.state import State
-    names = [f.name for f in attrs.fields(State)]
     corpus = sorted((pathlib.Path(__file__).parent.parent / "counterexamples").glob("*/*.itf.json"))
     assert corpus
+    fields = [f.name for f in attrs.fields(State)]
+    omittable = {f.name for f in attrs.fields(State) if f.metadata.get("itf_omit_default")}
     for path in corpus:
         data = json.loads(path.read_text())
-        assert data["vars"] == names, path.name
+        # every field in declaration order, but one marked ITF_OMIT only in
+        # the traces that move it
+        assert [v for v in fields if v in data["vars"]] == data["vars"], path.name
+        assert set(fields) - set(data["vars"]) <= omittable, path.name
         assert "timestamp" not in data["#meta"], path.name
-        assert all(set(names) <= set(st) for st in data["states"]), path.name
+        assert all(set(data["vars"]) <= set(st) for st in data["states"]), path.name
 
 
 def test_two_exports_of_one_trace_are_the_same_bytes(trace_file, tmp_path):

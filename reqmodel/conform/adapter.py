@@ -231,6 +231,10 @@ def decode_queue(s, buffers: int):
     q.queue = []
     q.retracted_queue = []
     q.pending_reqs = []
+    # what __init__ sets for the fetch of a prefill's parallel info (dc
+    # 19:373-376 ... 23:440-443)
+    q._ensure_retry_count, q._ensure_last_attempt_time = {}, {}
+    q._max_ensure_retries, q._ensure_retry_interval = 15, 1.0
     q.kv_manager = types.SimpleNamespace(prefill_info_table={})
     q.transfer_backend = du.TransferBackend.FAKE
     q.req_to_metadata_buffer_idx_allocator = du.ReqToMetadataIdxAllocator(buffers)

@@ -330,12 +330,13 @@ def prealloc_cases(ctx: Ctx, s) -> Iterable[Tuple[int, Tuple[dict, dict]]]:
         if raises:  # a list of two would be two outcomes for one input
             yield focus, (inputs, {"crash": raises[0] if len(raises) == 1 else raises})
             continue
-        after, streamed, dropped = s, 0, []
-        for i, r in enumerate(order):
-            if BY_NAME["d_prealloc_drop"].enabled(ctx, s, r):
-                dropped.append(i)
-                after, evs = BY_NAME["d_prealloc_drop"].effect(ctx, after, r, ())
-                streamed += sum(1 for e in evs if isinstance(e, ev.Stream))
+        # one call drops every finished entry (named by the first)
+        drops = actions.decode._dropped(ctx, s)
+        dropped = [i for i, r in enumerate(order) if r in drops]
+        after, streamed = s, 0
+        if drops:
+            after, evs = BY_NAME["d_prealloc_drop"].effect(ctx, s, drops[0], ())
+            streamed = sum(1 for e in evs if isinstance(e, ev.Stream))
         expect = {"crash": None, "dropped": dropped, "streamed": streamed,
                   "preallocated": BY_NAME["d_prealloc"].enabled(ctx, s, focus),
                   "rooms": {label[sc.room_id(r)]:
@@ -448,7 +449,7 @@ class Collector:
         # a drain ack that can arrive now is counted by the tracker before
         # the holds are judged (d_recv_ack): the holds as the ack leaves them
         for r in range(ctx.scenario.n):
-            for m in actions.transport.arriving(s, "ack", r):
+            for m in actions.transport.arriving(ctx, s, "ack", r):
                 s1, counted = actions.kvmanager.note_ack(
                     ctx, actions.transport.consume(s, m), r, m.rank, m.prank, m.gen)
                 if counted:

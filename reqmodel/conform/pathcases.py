@@ -7,7 +7,9 @@ real code, and every step must agree with the model.
 
 Used for Mooncake's failed-session list (``xfer_fail`` listing decode's
 session, ``xfer_session_failed`` failing a chunk to a listed session,
-``p_probe_failed_sessions`` taking it off): ``tests/test_conformance_paths.py``
+``p_probe_failed_sessions`` taking it off) and for decode's heartbeat
+declaring a prefill instance lost (``d_heartbeat_lost``, ``d_node_failure``:
+the real ``_handle_node_failure``): ``tests/test_conformance_paths.py``
 replays them on every release.
 """
 from __future__ import annotations
@@ -79,3 +81,26 @@ def failed_list_cases(release: Release, per_action: Optional[int] = 20
         sc = scenario_mod.builtin(name)
         for t in paths_ending_in(release, sc, FAILED_LIST_STEPS, per_action):
             yield sc, t
+
+
+# decode's heartbeat declaring a prefill instance lost (``_handle_node_failure``)
+# on a live instance and on a dead one, and the death itself; the rig drives
+# one prefill instance, so the dead one's cases come from the scenario where
+# it serves both requests (``prefill-dies`` has two instances)
+NODE_FAILURE_STEPS = ("d_heartbeat_lost", "d_node_failure", "p_dies")
+
+
+def node_failure_cases(release: Release, per_action: Optional[int] = 56
+                       ) -> Iterable[Tuple[Scenario, Trace]]:
+    """The node failure's cases on ``release``: up to ``per_action`` paths
+    ending in the heartbeat's step on a live instance (``prefill-silent``)
+    and on a dead one, and a fifth as many ending in the death itself."""
+    silent = scenario_mod.builtin("prefill-silent")
+    for t in paths_ending_in(release, silent, ("d_heartbeat_lost",), per_action):
+        yield silent, t
+    dies = scenario_mod.builtin("prefill-dies-alone")
+    for t in paths_ending_in(release, dies, ("d_node_failure",), per_action):
+        yield dies, t
+    for t in paths_ending_in(release, dies, ("p_dies",), None if per_action is None
+                             else max(1, per_action // 5)):
+        yield dies, t

@@ -209,13 +209,16 @@ class DecodeRank:
         # what _resolve_rank_mapping computes, non-MLA (cc 21:1013-1052): one
         # decode rank below ``pranks`` prefill ranks hears from all of them;
         # ``dranks`` decode ranks below one prefill rank each take its slice
-        self.mgr.prefill_info_table[ADDR] = types.SimpleNamespace(
+        self.mgr.prefill_info_table[ADDR] = self.prefill_info = types.SimpleNamespace(
             target_tp_rank=0, target_tp_ranks=list(range(pranks)), target_cp_ranks=[0],
             target_pp_ranks=[0], required_dst_info_num=dranks,
             required_prefill_response_num=pranks, attn_tp_size=pranks,
             attn_cp_size=1, dp_size=1, pp_size=1, is_dummy=False,
             # 0.5.22+ checks both roles run one policy; the default on both
             decode_allocation_policy=_default_allocation_policy())
+        # no network: a fetch of the prefill's parallel info finds only what
+        # the table holds (the trace's d_fetch_* steps answer or fail it)
+        self.mgr.try_ensure_parallel_info = lambda addr: addr in self.mgr.prefill_info_table
         self.req: List[Any] = [None] * n
         self.answer: List[Optional[int]] = [None] * n
         self.rejected = [False] * n
@@ -560,11 +563,14 @@ class Rig:
     def _prealloc_scan(self, rank: DecodeRank, r: int):
         """Decode's prealloc scan for request r on one rank: its first call,
         the handshake, polls the whole queue (as the model's ``d_prealloc``
-        does); then ``pop_preallocated`` runs on the request."""
+        does); then ``pop_preallocated`` runs on the request and on every
+        entry its first loop drops (an abort: the model's step drops them
+        all, ``decode.drop_scanned``), admitting only the request."""
         q = rank.queue
         req = rank.req[r]
         q._update_handshake_waiters()
-        full, mine = self._only(q, "queue", lambda e: e.req is req)
+        full, mine = self._only(q, "queue", lambda e: e.req is req or isinstance(
+            e.req.finished_reason, sb.FINISH_ABORT))
         try:
             return q.pop_preallocated()
         finally:
@@ -964,6 +970,50 @@ class Rig:
         rank.engine.send_probe = lambda session_id: 0
         rank.mgr._run_one_probe_pass()
 
+    def p_dies(self, r, params):
+        """The prefill instance dies: the rig steps none of its objects again
+        (a step of a prefill process after this is none the trace can have:
+        the model's gate), and its transfer workers stay held at their gates
+        with whatever they had queued or started."""
+        self.prefill_dead = True
+
+    def _node_failure(self):
+        """Decode rank 0's heartbeat reaches its threshold: the release's own
+        ``_handle_node_failure`` on the prefill bootstrap address (the model
+        takes the first rank's: one rank's Failed fails the MIN-reduced poll
+        of every rank)."""
+        self.D[0].mgr._handle_node_failure(ADDR)
+
+    def d_node_failure(self, r, params):
+        self._node_failure()
+
+    def _resolve_pending(self, answers: bool):
+        """``_resolve_pending_reqs`` on every decode rank, the fetch of the
+        prefill instance's parallel info answering (it registers the saved
+        info again) or failing for the last of ``_max_ensure_retries``
+        attempts."""
+        for rank in self.D:
+            q, mgr = rank.queue, rank.mgr
+
+            def fetch(addr, mgr=mgr):
+                if answers:
+                    mgr.prefill_info_table[addr] = rank.prefill_info
+                return answers
+            if not answers:
+                q._ensure_retry_count[ADDR] = q._max_ensure_retries - 1
+            q._ensure_last_attempt_time.pop(ADDR, None)
+            with mock.patch.object(mgr, "try_ensure_parallel_info", fetch):
+                q._resolve_pending_reqs()
+
+    def d_fetch_prefill_info(self, r, params):
+        self._resolve_pending(True)
+
+    def d_fetch_fails(self, r, params):
+        self._resolve_pending(False)
+
+    def d_heartbeat_lost(self, r, params):
+        self._node_failure()
+
     def xfer_stray_lands(self, r, params):
         engine = self._prank(params).engine
         if not engine.stray:
@@ -1225,7 +1275,8 @@ STEPS = ("p_intake", "d_intake", "p_door", "d_door", "d_prealloc", "p_recv_metad
          "d_unexpected_poll", "p_unexpected_poll", "d_prealloc_drop", "d_deferred_timeout",
          "p_req_waiting_timeout", "xfer_fail", "xfer_stray_lands", "d_retract", "d_resume",
          "d_waiting_timeout", "d_prealloc_splits", "d_handshake", "xfer_session_failed",
-         "p_probe_failed_sessions", "d_drop_late_status")
+         "p_probe_failed_sessions", "d_drop_late_status", "p_dies", "d_node_failure",
+         "d_heartbeat_lost", "d_fetch_prefill_info", "d_fetch_fails")
 
 
 def replay(trace: Dict[str, Any]) -> Dict[str, Any]:

@@ -79,6 +79,7 @@ def _request_signature(s: State, r: int) -> Tuple:
         dst, msgs, s.aborted_by_client[r],
         # the sessions listed on r's own prefill instance (per-request queues)
         tuple((q, k) for i, q, k in s.failed_sessions if i == r),
+        r in s.prefill_dead, r in s.prefill_lost,
     )
 
 
@@ -364,6 +365,8 @@ def _permute_requests(s: State, pi: List[int]) -> State:
         room_slots=s.room_slots,
         failed_sessions=tuple(sorted((-1 if i < 0 else pi[i], q, k)
                                      for i, q, k in s.failed_sessions)),
+        prefill_dead=tuple(sorted(-1 if i < 0 else pi[i] for i in s.prefill_dead)),
+        prefill_lost=tuple(sorted(-1 if i < 0 else pi[i] for i in s.prefill_lost)),
     )
 
 

@@ -227,8 +227,9 @@ _STEPS: Dict[str, Dict[Optional[str], Tuple[str, ...]]] = {
         "release": ("d_deferred_timeout",),
         "resume": ("d_resume",),
         # every decode rank's loop at once, where their own pools decide apart
+        # (pop_preallocated resolves the pending receivers first)
         "prealloc": ("d_prealloc_drop", "d_unexpected_poll", "d_prealloc", "d_prealloc_splits",
-                     "d_handshake"),
+                     "d_handshake", "d_fetch_prefill_info", "d_fetch_fails"),
         # the receiver's poll() notices its waiting timeout (mc 21:3031-3039)
         "transfer": ("d_transferred", "d_poll_popped_room", "d_waiting_timeout"),
         "batch": ("d_attend", "d_retract"),
@@ -238,6 +239,10 @@ _STEPS: Dict[str, Dict[Optional[str], Tuple[str, ...]]] = {
         None: ("d_door",)},
     # decode's KV manager: decode_thread
     "decode.decode_thread": {None: ("d_recv_status", "d_drop_late_status", "d_recv_ack")},
+    # ... and its heartbeat checker thread (cc 19:1083 ... 23:1998)
+    "decode.heartbeat_thread": {None: ("d_node_failure", "d_heartbeat_lost")},
+    # the prefill instance as a whole: its death stops every prefill process
+    "prefill.instance": {None: ("p_dies",)},
 }
 _PROCESS: Dict[str, Tuple[str, Optional[str]]] = {
     a: (proc, phase) for proc, by_phase in _STEPS.items()

@@ -389,8 +389,11 @@ def _aborted(s: State, r: int) -> bool:
 def answered(s: State, r: int) -> bool:
     """Both workers have sent request r's final answer (the router waits for
     both responses: the client is answered when both are), or the client has
-    given up on it (its abort reached a worker): nobody waits for it then."""
-    return (s.p[r].answer is not None and s.d[r].answer is not None) or _aborted(s, r)
+    given up on it (its abort reached a worker): nobody waits for it then.
+    A dead prefill instance answers its leg by the connection error its
+    client gets (``p_dies``)."""
+    return (((s.p[r].answer is not None or s.prefill_down(r)) and s.d[r].answer is not None)
+            or _aborted(s, r))
 
 
 def settled(s: State, r: int) -> bool:
@@ -439,8 +442,10 @@ prop(
 
 def ended(s: State, r: int) -> bool:
     """Both workers are done with request r: its ``Req`` finished there and
-    what it held (pages, metadata slot, sender or receiver) was freed."""
-    return s.p[r].stage is PStage.GONE and s.d[r].stage is DStage.GONE
+    what it held (pages, metadata slot, sender or receiver) was freed (a
+    dead prefill instance holds nothing any more)."""
+    return ((s.p[r].stage is PStage.GONE or s.prefill_down(r))
+            and s.d[r].stage is DStage.GONE)
 
 
 def ended_or_down(s: State, r: int) -> bool:

@@ -93,6 +93,14 @@ class Events:
     # these requests: the scheduler aborts a request that waited too long in
     # its waiting queue, on that worker only
     req_waiting_timeout: Tuple[int, ...] = ()
+    # the prefill instance that serves these requests may die (its processes
+    # stop: a killed or crashed server, a lost node); with shared transfer
+    # queues the one instance serves every request
+    prefill_dies: Tuple[int, ...] = ()
+    # decode's heartbeat to the prefill instance of these requests may fail
+    # while that instance runs on (its bootstrap server's /health does not
+    # answer in time twice in a row): decode declares it lost
+    prefill_silent: Tuple[int, ...] = ()
 
     def on(self, name: str, rid: int) -> bool:
         return rid in getattr(self, name)

@@ -17,7 +17,7 @@ guard proposals (issue #6) can be written with the names a contributor knows.
 from __future__ import annotations
 
 import enum
-from typing import Dict, Optional, Tuple
+from typing import Optional, Tuple
 
 import attrs
 
@@ -411,6 +411,15 @@ class State:
     # of ``transfer_queues = "shared"``, r the own instance of request r with
     # "per-request" (mc 19:1869-1874 adds, 19:2276-2302 probes, sorted)
     failed_sessions: Tuple[Tuple[int, int, int], ...] = ()
+    # the prefill instances whose processes have stopped (``[events]
+    # prefill_dies``): -1 the one instance of shared transfer queues, r
+    # request r's own with "per-request" ones, as in ``failed_sessions``.
+    # Left out of a trace file while empty (``ITF_OMIT``)
+    prefill_dead: Tuple[int, ...] = attrs.field(default=(), metadata=ITF_OMIT)
+    # ... whose registration decode's KV manager dropped at a node failure
+    # (``prefill_info_table``), until a fetch of its parallel info registers
+    # it again: receivers created meanwhile wait for it
+    prefill_lost: Tuple[int, ...] = attrs.field(default=(), metadata=ITF_OMIT)
 
     # -- small derived views used by guards ---------------------------------
     def crashed(self) -> bool:
@@ -427,6 +436,13 @@ class State:
         model keeps one picture of the ranks in lockstep and does not follow
         them past this point."""
         return any(r.split for r in self.d)
+
+    def prefill_down(self, rid: int) -> bool:
+        """The prefill instance that serves request ``rid`` has died: none of
+        its processes (scheduler, bootstrap thread, transfer workers, probe
+        thread) takes a step any more."""
+        dead = self.prefill_dead
+        return bool(dead) and (-1 in dead or rid in dead)
 
     def halted(self) -> bool:
         """Nothing moves in the model from here: a scheduler crashed, or
@@ -482,119 +498,10 @@ class State:
         return tuple(m for m in self.net if m.kind == kind and self.room_slots[m.rid] == k)
 
 
-_REPLACERS: Dict[type, object] = {}
+# the copy-with-changes functions of these records, and the drafting of one
+# step's new State, live in ``model.drafting`` (re-exported here)
+from reqmodel.model import drafting as _drafting  # noqa: E402
 
-
-def _replacer(cls):
-    """A copy-with-changes function for one class, generated from its attrs
-    fields (notes/performance.md; the explorer builds every successor state
-    through these).  The copy is a new instance whose slots are set straight
-    from the old one's, then the changed ones: for these plain records (no
-    converter, validator or post-init) that is what the class's ``__init__``
-    does, without reading the changes once per field.  A record whose slots
-    are not exactly its fields (plus attrs' hash cache) is built through its
-    ``__init__``; an unknown field name is an error either way."""
-    fields = attrs.fields(cls)
-    names = tuple(f.name for f in fields)
-    slots = {n for k in cls.__mro__ for n in getattr(k, "__slots__", ())} - {"__weakref__"}
-    plain = (not any(f.converter or f.validator for f in fields)
-             and not hasattr(cls, "__attrs_post_init__")
-             and slots - set(names) <= {_HASH_CACHE})
-    scope = {"cls": cls, "new_": object.__new__, "fields": frozenset(names)}
-    if plain:
-        scope.update({f"set_{n}": cls.__dict__[n].__set__ for n in slots})
-        scope["setters"] = {n: cls.__dict__[n].__set__ for n in names}
-        body = "".join(f"    set_{n}(new, obj.{n})\n" for n in names)
-        if _HASH_CACHE in slots:
-            body += f"    set_{_HASH_CACHE}(new, None)\n"
-        src = (f"def replace_{cls.__name__}(obj, ch):\n"
-               f"    new = new_(cls)\n{body}"
-               f"    for k, v in ch.items():\n"
-               f"        if k not in fields:\n"
-               f"            raise TypeError(f'{cls.__name__} has no field {{k!r}}')\n"
-               f"        setters[k](new, v)\n"
-               f"    return new\n")
-    else:
-        args = ", ".join(f"ch.pop({n!r}) if {n!r} in ch else obj.{n}" for n in names)
-        src = (f"def replace_{cls.__name__}(obj, ch):\n"
-               f"    new = cls({args})\n"
-               f"    if ch:\n"
-               f"        raise TypeError(f'{cls.__name__} has no field {{sorted(ch)[0]!r}}')\n"
-               f"    return new\n")
-    exec(compile(src, f"<replace {cls.__name__}>", "exec"), scope)
-    return scope[f"replace_{cls.__name__}"]
-
-
-# the slot in which attrs keeps a ``cache_hash`` class's hash (None: not yet
-# computed); a class with another unknown slot is copied through its __init__
-_HASH_CACHE = "_attrs_cached_hash"
-
-
-class _Drafting:
-    """The ``State`` one action's effect is building (``actions.core.action``
-    opens and closes it around each effect).  An effect changes the state a
-    field group at a time (``set_p``, ``set_room``, ``send``, ...); the first
-    change copies the state it was given, the later ones go into that copy in
-    place, so a step builds one new ``State`` however many groups it changes.
-    Only a copy made inside the open effect is ever changed in place: the
-    given state, and every state outside an effect, is never touched.  An
-    effect must not keep a reference to the state it is building and read it
-    after a later change (none does: ``tests/test_fast_paths.py`` compares
-    every step of every built-in scenario with and without drafting).  One
-    drafting per process: effects run on one thread (each engine's worker is
-    a process of its own)."""
-
-    __slots__ = ("open", "state")
-
-    def __init__(self) -> None:
-        self.open, self.state = False, None
-
-    def begin(self) -> Tuple[bool, object]:
-        was = self.open, self.state
-        self.open, self.state = True, None
-        return was
-
-    def end(self, was: Tuple[bool, object]) -> None:
-        self.open, self.state = was
-
-
-DRAFTING = _Drafting()
-
-
-def _change_in_place(obj: "State", changes) -> "State":
-    for k, v in changes.items():
-        setter = _STATE_SETTERS.get(k)
-        if setter is None:
-            raise TypeError(f"State has no field {k!r}")
-        setter(obj, v)
-    _STATE_SETTERS[_HASH_CACHE](obj, None)  # never hashed yet; kept honest
-    return obj
-
-
-_STATE_SETTERS = {n: State.__dict__[n].__set__ for n in attrs.fields_dict(State)}
-_STATE_SETTERS[_HASH_CACHE] = State.__dict__[_HASH_CACHE].__set__
-
-
-def replace(obj, **changes):
-    """``attrs.evolve`` for the state's frozen classes, without its generic
-    per-call introspection (the explorer calls it millions of times).
-    Inside an effect a ``State`` is copied once and then changed in place
-    (``_Drafting``)."""
-    cls = type(obj)
-    if cls is State and DRAFTING.open:
-        if obj is DRAFTING.state:
-            return _change_in_place(obj, changes)
-        new = DRAFTING.state = _REPLACERS[State](obj, changes)
-        return new
-    fn = _REPLACERS.get(cls)
-    if fn is None:
-        # a subclass may bring its own copy (the Z3 engine's symbolic values
-        # copy their raw, unread fields); the model knows no engine
-        own = cls.__dict__.get("replace_fields")
-        if own is not None:
-            return own(obj, changes)
-        fn = _REPLACERS[cls] = _replacer(cls)
-    return fn(obj, changes)
-
-
-_REPLACERS[State] = _replacer(State)
+_drafting.bind(State)
+DRAFTING, _Drafting, _HASH_CACHE = _drafting.DRAFTING, _drafting._Drafting, _drafting._HASH_CACHE
+replace = _drafting.replace

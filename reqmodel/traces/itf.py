@@ -27,7 +27,8 @@ from reqmodel.model.state import State
 
 FORMAT = "ITF"
 FORMAT_DESCRIPTION = "https://apalache-mc.org/docs/adr/015adr-trace.html"
-# every field of the state, in declaration order: a trace records all of it
+# every field of the state, in declaration order: a trace records all of
+# it, but a field marked ITF_OMIT only where it moves (``trace_vars``)
 VARS = tuple(f.name for f in attrs.fields(State))
 
 
@@ -99,9 +100,19 @@ def decode_plain(value: Any) -> Any:
     raise TraceFileError(f"unsupported ITF value in action parameters: {value!r}")
 
 
+def trace_vars(states) -> Tuple[str, ...]:
+    """The state variables a trace file lists: every field of ``State``, but
+    one marked ``ITF_OMIT`` only when some state of the trace moves it off its
+    default (a prefill instance's death is in no other trace's file)."""
+    return tuple(f.name for f in attrs.fields(State)
+                 if not f.metadata.get("itf_omit_default")
+                 or any(getattr(s, f.name) != f.default for s in states))
+
+
 def to_itf(trace, scenario: Scenario, engine: str = "exhaustive",
            extra_meta: Dict[str, Any] = None) -> Dict[str, Any]:
     states: List[Dict[str, Any]] = []
+    names = trace_vars(trace.states)
     for i, s in enumerate(trace.states):
         meta: Dict[str, Any] = {"index": i}
         if i == 0:
@@ -117,7 +128,7 @@ def to_itf(trace, scenario: Scenario, engine: str = "exhaustive",
         if trace.loop is not None and i == trace.loop:
             meta["loop"] = "the cycle starts here; the last state equals this one"
         st = {"#meta": meta}
-        for v in VARS:
+        for v in names:
             st[v] = encode(getattr(s, v))
         states.append(st)
     live: Dict[str, Any] = {}
@@ -141,7 +152,7 @@ def to_itf(trace, scenario: Scenario, engine: str = "exhaustive",
             **live,
             **(extra_meta or {}),
         },
-        "vars": list(VARS),
+        "vars": list(names),
         "states": states,
     }
     if trace.loop is not None:

@@ -18,7 +18,9 @@ it waits for), and then checks the loop's rule:
     from that scan to its intake without blocking, so nothing that needed
     another process can arrive in between).
 
-and the rule of a loop that returns in the middle of an iteration
+the rule of a dead process (a step of a prefill process after its
+instance died, ``p_dies``, is none the code takes), and the rule of a loop
+that returns in the middle of an iteration
 (``Loop.returns_early``):
 
     a step of a phase the loop skips while a condition holds (decode's
@@ -145,6 +147,7 @@ def check(release: Release, scenario: Scenario, steps: Sequence[Step]
     inflight_first = "inflight" in loop.scan_before_intake
     due_since: Dict[int, Optional[int]] = {r: None for r in range(scenario.n)}
     found.extend(_early_returns(states, steps))
+    found.extend(_dead_steps(states, steps))
     for j, step in enumerate(steps, start=1):
         phase = processes.phase_of(step.action, states[j - 1], step.rid)
         if phase == "ingest" and processes.loop_of(step.action) is loop:
@@ -186,4 +189,24 @@ def _early_returns(states: Sequence[State], steps: Sequence[Step]) -> List[Order
                     f"step {j} {step}: the {loop.name} loop's {phase} phase runs "
                     f"while {processes.WHILE[cond]} (since step {since}); the loop skips "
                     f"{', '.join(skipped)} then"))
+    return found
+
+
+def _dead_steps(states: Sequence[State], steps: Sequence[Step]) -> List[OrderViolation]:
+    """Steps of a prefill process whose instance had died (``p_dies``): a
+    dead process takes no step."""
+    found: List[OrderViolation] = []
+    died: Dict[int, int] = {}  # request -> the step after which its instance was dead
+    for j, step in enumerate(steps, start=1):
+        before = states[j - 1]
+        for r in range(len(before.p)):
+            # read off the state itself, not through the gate the registry
+            # uses (``State.prefill_down``): -1 is every request's instance
+            if -1 in before.prefill_dead or r in before.prefill_dead:
+                died.setdefault(r, j - 1)
+        if processes.process_of(step.action).startswith("prefill.") and step.rid in died:
+            found.append(OrderViolation(
+                j, died[step.rid], step.rid,
+                f"step {j} {step}: a step of {processes.process_of(step.action)}, whose "
+                f"prefill instance died at step {died[step.rid]}"))
     return found

@@ -130,6 +130,13 @@ def changes(old: State, new: State) -> List[str]:
         what = ("lists {} as failed" if key in new.failed_sessions
                 else "takes {} off its failed list")
         out.append(f"{_session(key)}: " + what.format(f"decode rank {key[2]}'s session"))
+    for inst in sorted(set(new.prefill_dead) - set(old.prefill_dead)):
+        out.append(("P" if inst < 0 else f"r{inst}'s prefill instance")
+                   + " is dead: none of its processes takes another step")
+    for inst in sorted(set(new.prefill_lost) ^ set(old.prefill_lost)):
+        who = "P" if inst < 0 else f"r{inst}'s prefill instance"
+        out.append(f"decode drops its registration of {who}" if inst in new.prefill_lost
+                   else f"decode registers {who} again")
     added, removed = net_changes(old, new)
     out += [f"+ {_msg(m, ranks)}" for m in added]
     out += [f"− {_msg(m, ranks)}" for m in removed]

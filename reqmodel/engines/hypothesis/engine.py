@@ -428,8 +428,10 @@ class EnabledRules(shim.RuleStrategy):
 def _run_space(sc: Scenario, release: Optional[Release] = None):
     """The (action, request) pairs, threads and scenario events a schedule
     orders; a step the release's code does not have (``Action.on``) is in no
-    schedule of that release."""
-    acts = [a for a in ACTIONS if release is None or a.on(release)]
+    schedule of that release, nor one the scenario cannot have
+    (``Action.scenarios``)."""
+    acts = [a for a in ACTIONS if (release is None or a.on(release))
+            and (a.scenarios is None or a.scenarios(sc))]
     pairs = tuple((a.name, r) for a in acts if a.event_flag is None for r in range(sc.n))
     threads = tuple((w, r) for w in THREADS for r in range(sc.n))
     events = tuple((a.name, r) for a in acts if a.event_flag is not None

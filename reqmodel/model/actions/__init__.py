@@ -20,15 +20,16 @@ their actions (the exhaustive engine's breadth-first order, and so which of
 several shortest counterexamples it reports, follows that order):
 ``intake``, ``prefill``, ``transfer`` (prefill's transfer worker and KV
 manager), ``decode``, ``client`` (aborts), ``timeouts``, ``ranks``
-(decode's ranks deciding alone) and ``handshake`` (0.5.19's handshake poll
-on its own); the KV managers'
+(decode's ranks deciding alone), ``handshake`` (0.5.19's handshake poll
+on its own) and ``faults`` (a prefill instance dies or goes silent, decode's
+heartbeat declares it lost); the KV managers'
 bookkeeping is ``kvmanager``, decode's release of pages and slots (and of a
 failed request's hold) ``drelease``, the page and slot pools ``dpool``,
 messages in flight ``transport``, operations on one ``Req`` ``req``, and the
 registry itself ``core``.
 """
 from reqmodel.model.actions import (intake, prefill, transfer, decode, client, timeouts,  # noqa: F401
-                                   ranks, handshake)  # (registers)
+                                   ranks, handshake, faults)  # (registers)
 from reqmodel.model.actions import drelease, kvmanager, req, transport  # noqa: F401
 from reqmodel.model.actions.core import (ACTIONS, BY_NAME, CHANNEL_ARG, PRANK_ARG, RANK_ARG, Action,
                                          Ctx, Effect, Event, Step, action, apply, enabled,

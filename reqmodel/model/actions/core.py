@@ -154,6 +154,11 @@ class Action:
     # the releases whose code has the step at all, from their records (None:
     # every release); elsewhere it is no candidate and no sampling rule
     releases: Optional[Callable[[Any], bool]] = None
+    # the scenarios that can have the step at all (None: every one): a step
+    # that follows from an event, not an event itself (decode's heartbeat
+    # declaring a dead prefill lost); elsewhere it is no candidate and in no
+    # sampling schedule, as for a release without it
+    scenarios: Optional[Callable[[Scenario], bool]] = None
 
     def on(self, release) -> bool:
         """The step exists in ``release``'s code."""
@@ -171,7 +176,8 @@ class Action:
     def allowed(self, sc: Scenario, rid: int) -> bool:
         """The scenario lets this action happen to request ``rid`` at all (its
         ``[events]`` flag, if it has one, is on for the request)."""
-        return not self.event_flag or sc.events.on(self.event_flag, rid)
+        return ((not self.event_flag or sc.events.on(self.event_flag, rid))
+                and (self.scenarios is None or self.scenarios(sc)))
 
     def enabled(self, ctx: Ctx, s: State, rid: int) -> bool:
         """Allowed, not after a crash (``State.crashed``: a dead scheduler
@@ -222,11 +228,30 @@ def _loop_gated(name: str, guard: Callable) -> Callable:
     return gated
 
 
+def _alive_gated(name: str, guard: Callable) -> Callable:
+    """``guard``, and, for a step of one of prefill's processes (its
+    scheduler loop, its KV manager's threads), the prefill instance serving
+    the request has not died (``State.prefill_down``): a dead process takes
+    no step.  One place for every such action, so a new one cannot forget
+    it; ``why_not`` names it."""
+    if not processes.process_of(name).startswith("prefill."):
+        return guard
+
+    def gated(ctx, s, rid):
+        return not (s.prefill_dead and s.prefill_down(rid)) and guard(ctx, s, rid)
+
+    gated.__name__ = getattr(guard, "__name__", name)
+    gated.alive_gate = True  # type: ignore[attr-defined]
+    for k, v in vars(guard).items():  # the loop gate's mark, if any
+        setattr(gated, k, v)
+    return gated
+
+
 def action(actor: str, guard: Callable, choices: Callable = None, event: str = None,
            arg_names: Tuple[str, ...] = (), optional_args: int = 0, worker: str = None,
            timeout: str = None, seam: str = None, environment: bool = None,
            follows: Callable = None, crash: bool = False, needs: Needs = None,
-           releases: Callable = None):
+           releases: Callable = None, scenarios: Callable = None):
     """Register an action: ``guard(ctx, s, rid) -> bool`` first, effect below.
 
     ``worker`` defaults to the actor for the schedulers' actions and to
@@ -254,11 +279,12 @@ def action(actor: str, guard: Callable, choices: Callable = None, event: str = N
                 nxt = note(ctx, s, nxt, evs)
             return nxt, evs
 
-        a = Action(fn.__name__, actor, _loop_gated(fn.__name__, guard), effect, choices, event,
-                   names,
+        a = Action(fn.__name__, actor,
+                   _alive_gated(fn.__name__, _loop_gated(fn.__name__, guard)), effect, choices,
+                   event, names,
                    len(names) if names in (RANK_ARG, PRANK_ARG, CHANNEL_ARG) else optional_args,
                    worker, timeout, seam, event is not None if environment is None else environment,
-                   follows, crash, needs, releases)
+                   follows, crash, needs, releases, scenarios)
         ACTIONS.append(a)
         BY_NAME[a.name] = a
         return fn
@@ -346,12 +372,17 @@ def why_not(ctx: Ctx, s: State, step: Step) -> str:
     if not 0 <= r < ctx.scenario.n:
         return f"request {r} is not in the scenario ({ctx.scenario.n} requests)"
     if not a.allowed(ctx.scenario, r):
-        return f"the scenario's [events] {a.event_flag} is off for request {r}"
+        if a.event_flag and not ctx.scenario.events.on(a.event_flag, r):
+            return f"the scenario's [events] {a.event_flag} is off for request {r}"
+        return "the scenario cannot have this step (no event it follows from is on)"
     if s.crashed():
         return "a scheduler crashed at an earlier step, and nothing moves after a crash"
     if s.halted():
         return ("decode's ranks diverged at an earlier step, and the model does not follow "
                 "them past it")
+    if getattr(a.guard, "alive_gate", False) and s.prefill_down(r):
+        return (f"the prefill instance serving request {r} has died: its "
+                f"{processes.process_of(a.name)} takes no step")
     gate = getattr(a.guard, "loop_phase", None)
     if gate is not None and gate[1] in processes.skipped_phases(gate[0], s):
         loop, phase = gate

@@ -7,7 +7,7 @@ Releases differ only through ``ctx.release``; docstrings cite the SGLang
 code per release (``a/b/c/d/e`` = lines in 0.5.19/20/21/22/23)."""
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from reqmodel.model.events import (Acquire, Commit, CorruptionAbort, Crash, DoorRetire,
                                    Prealloc, RankRelease, Read, Release, StatusDropped,
@@ -57,7 +57,9 @@ def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
     if is_retracted:
         return set_d(s, r, stage=DStage.RETRACTED, door_flag=None), ()
     s, polled = receiver_init(c, s, r)
-    latched = polled if polled in (KVPoll.Failed, KVPoll.Success) else KVPoll.WaitingForInput
+    # Bootstrapping: pending, its instance's registration dropped
+    latched = polled if polled in (KVPoll.Failed, KVPoll.Success, KVPoll.Bootstrapping) else (
+        KVPoll.WaitingForInput)
     s = set_d(s, r, stage=DStage.PREALLOC, has_receiver=True,
               receiver_state=latched, notified=(), held=(), waiting_for_input=False)
     return s, (Acquire(r, "decode", "receiver"),)
@@ -76,19 +78,42 @@ def _prealloc_drop(c, s, r):
             and handshake_raises(c, s) is None)
 
 
-@action("decode", guard=_prealloc_drop, needs=Needs(d={DStage.PREALLOC}))
+def _dropped(c: Ctx, s: State) -> List[int]:
+    """The entries one ``pop_preallocated`` call drops: its handshake polls
+    the whole queue once, then its first loop drops every entry it finds
+    finished (dc 21:1288-1300), in the same call."""
+    return [u for u, d in enumerate(s.d) if d.stage is DStage.PREALLOC and _prealloc_drop(c, s, u)]
+
+
+def drop_scanned(c: Ctx, s: State, drops: List[int]) -> Effect:
+    """Stream each dropped entry's abort and clear its receiver."""
+    s, evs = handshake(c, s), ()
+    for u in drops:
+        req = s.d[u]
+        reason = (req.finished_reason if (req.finished_reason and req.finished_reason.is_abort)
+                  else ABORT_500)
+        s = set_d(receiver_clear(c, s, u), u, stage=DStage.GONE, finished_reason=reason,
+                  has_receiver=False, cache_handle=False, session_slot=False)
+        s, ev = stream_d(s, u, reason.status)
+        evs += ev
+    return s, evs
+
+
+def _first_dropped(c, s, r):
+    # r, the first entry the call drops, names the call
+    return _prealloc_drop(c, s, r) and not any(_prealloc_drop(c, s, u) for u in range(r))
+
+
+@action("decode", guard=_first_dropped, needs=Needs(d={DStage.PREALLOC}))
 def d_prealloc_drop(c: Ctx, s: State, r: int, arg=()) -> Effect:
-    """D2 ``pop_preallocated`` first loop (dc 1141/1157/1293/1365/1395): an entry
-    the ``prealloc_scan`` guard point drops, or whose receiver polled Failed
-    (``prepare_abort``), is streamed and its receiver cleared.  The scan runs
-    after the handshake (dc 19:1094, 23:1347): when that raises, nothing is
-    dropped (``handshake_raises``), nor while a request waits retracted
-    (the decode loop's return, ``processes.DECODE_LOOP``)."""
-    req = s.d[r]
-    reason = req.finished_reason if (req.finished_reason and req.finished_reason.is_abort) else ABORT_500
-    s = set_d(receiver_clear(c, handshake(c, s), r), r, stage=DStage.GONE,
-              finished_reason=reason, has_receiver=False, cache_handle=False, session_slot=False)
-    return stream_d(s, r, reason.status)
+    """D2 ``pop_preallocated`` first loop (dc 1141/1157/1293/1365/1395): every
+    entry the ``prealloc_scan`` guard point drops, or whose receiver polled
+    Failed (``prepare_abort``), is streamed and its receiver cleared, in one
+    call (r, the first of them, names it).  The scan runs after the
+    handshake (dc 19:1094, 23:1347): when that raises, nothing is dropped
+    (``handshake_raises``), nor while a request waits retracted (the decode
+    loop's return, ``processes.DECODE_LOOP``)."""
+    return drop_scanned(c, s, _dropped(c, s))
 
 
 def _prealloc_need(c: Ctx, req: DecodeReq, prefix: int) -> int:
@@ -220,7 +245,8 @@ def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
     prefix, chosen = arg[:2]
     req = s.d[r]
     slot = arg[2] if len(arg) > 2 else slot_choices(s)[0]
-    s = handshake(c, s)
+    # the same call first drops every finished entry (``d_prealloc_drop``)
+    s, dropped = drop_scanned(c, s, _dropped(c, s))
     pages = list(s.d_pages)
     for pg in chosen:
         pages[pg] = replace(pages[pg], owner=r)
@@ -234,24 +260,24 @@ def d_prealloc(c: Ctx, s: State, r: int, arg=()) -> Effect:
                         rank=k, prank=q))
     if req.rebootstrap:  # submit_prefill_recompute (dc 21:1748-1752)
         s = send(s, Msg(MsgKind.recompute, r))
-    return s, (Prealloc(r, "decode", is_aborted(req)),
-               Acquire(r, "decode", "kv"))
+    return s, dropped + (Prealloc(r, "decode", is_aborted(req)),
+                         Acquire(r, "decode", "kv"))
 
 
 def _status_arrives(c, s, r):
     """A status report of request r's transfer is the next message of its
     prefill rank's channel, and decode still tracks the room."""
-    return bool(arriving(s, "status", r)) and d_room_of(c, s, r).status is not None
+    return bool(arriving(c, s, "status", r)) and d_room_of(c, s, r).status is not None
 
 
 def _arriving_ranks(c, s, r):
-    return prank_args(c, sorted({m.prank for m in arriving(s, "status", r)}))
+    return prank_args(c, sorted({m.prank for m in arriving(c, s, "status", r)}))
 
 
-def _arriving_report(s: State, r: int, arg) -> Msg:
+def _arriving_report(c: Ctx, s: State, r: int, arg) -> Msg:
     """Request r's status report from the prefill rank a step names, at the
     head of that rank's channel."""
-    return next(m for m in arriving(s, "status", r) if m.prank == prank_of(arg))
+    return next(m for m in arriving(c, s, "status", r) if m.prank == prank_of(arg))
 
 
 @action("decode", guard=_status_arrives,
@@ -265,12 +291,12 @@ def d_recv_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
     Success once every prefill rank is in it; a Failed records the failure
     and sets Failed.  The report names the room and the rank, not the
     request, so it counts for whichever request tracks the room now."""
-    msg = _arriving_report(s, r, arg)
+    msg = _arriving_report(c, s, r, arg)
     return apply_report(c, consume(s, msg), r, msg.prank, msg.poll, msg.rid), ()
 
 
 def _late_status(c, s, r):
-    return bool(arriving(s, "status", r)) and d_room_of(c, s, r).status is None
+    return bool(arriving(c, s, "status", r)) and d_room_of(c, s, r).status is None
 
 
 @action("decode", guard=_late_status,
@@ -281,7 +307,7 @@ def d_drop_late_status(c: Ctx, s: State, r: int, arg=()) -> Effect:
     room", cc 20:578-583, 23:930-935; 0.5.19 counts a Success only for a
     room in ``request_status`` and its ``update_status`` never re-creates a
     room as Failed, mc 19:2188-2206, cc 19:365-373)."""
-    msg = _arriving_report(s, r, arg)
+    msg = _arriving_report(c, s, r, arg)
     return consume(s, msg), (StatusDropped(r, "decode"),)
 
 

@@ -26,6 +26,19 @@ def set_room(c: Ctx, s: State, r: int, *, q: int = 0, **kw) -> State:
     return replace(s, rooms=s.rooms[:k] + (replace(s.rooms[k], **kw),) + s.rooms[k + 1:])
 
 
+def prefill_instance(c: Ctx, r: int) -> int:
+    """The prefill instance that serves request r (its scheduler, KV managers
+    and transfer workers), as ``State.failed_sessions`` and
+    ``State.prefill_dead`` name it: -1, the one instance of shared transfer
+    queues, or r, its own with "per-request" queues."""
+    return -1 if c.scenario.transfer_queues == "shared" else r
+
+
+def served_with(c: Ctx, r: int) -> Tuple[int, ...]:
+    """The requests served by request r's prefill instance."""
+    return tuple(range(c.scenario.n)) if c.scenario.transfer_queues == "shared" else (r,)
+
+
 def d_room_of(c: Ctx, s: State, r: int) -> DRoom:
     """Decode's state (tracker, status entry) for request r's ``bootstrap_room``."""
     return s.d_rooms[s.room_slot(r)]
@@ -42,9 +55,17 @@ def receiver_init(c: Ctx, s: State, r: int) -> Tuple[State, KVPoll]:
     ``request_status`` (cc 19:1381, 19:1418; 22:2196, 22:2254).  The entry is the
     room's: an entry another request of the room left behind merges by the
     release's rule (0.5.19 lets the new state replace Failed, 0.5.20+ keep
-    Failed).  Returns the state the receiver's first poll will read."""
+    Failed).  Returns the state the receiver's first poll will read.
+    Where decode dropped the instance's registration at a node failure
+    (``State.prefill_lost``) ``init()`` waits: the receiver stays
+    Bootstrapping in ``pending_reqs`` (``_resolve_prefill_dp_rank`` finds no
+    ``prefill_info_table`` entry, dc 19:645-652, 20:668-675, 21:776-784,
+    22:827-834, 23:851-858)
+    until a fetch registers it again (``faults.d_fetch_prefill_info``)."""
     st = d_room_of(c, s, r).status
-    for new in (KVPoll.Bootstrapping, KVPoll.WaitingForInput):
+    pending = bool(s.prefill_lost) and prefill_instance(c, r) in s.prefill_lost
+    for new in (KVPoll.Bootstrapping,) if pending else (KVPoll.Bootstrapping,
+                                                        KVPoll.WaitingForInput):
         st = c.release.update_status(st, new)
     return set_d_room(c, s, r, status=st), st
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Tuple
 
 from reqmodel.model.actions.core import action, Ctx, Effect, Needs, set_d
-from reqmodel.model.actions.decode import (_prealloc_need, _radix_hit_possible, _scanned,
-                                           handshake, handshake_raises)
+from reqmodel.model.actions.decode import (_dropped, _prealloc_need, _radix_hit_possible,
+                                           _scanned, drop_scanned, handshake_raises)
 from reqmodel.model.actions.dpool import retracted_reserve
 from reqmodel.model.actions.kvmanager import all_ranks
 from reqmodel.model.events import RanksSplit
@@ -76,5 +76,6 @@ def d_prealloc_splits(c: Ctx, s: State, r: int, arg=()) -> Effect:
     hit = 1 if _radix_hit_possible(c, s.d[r]) else 0
     req = s.d[r]
     took, kept = rank_split(c, s, _prealloc_need(c, req, hit), _prealloc_need(c, req, 0), True)
-    s = set_d(handshake(c, s), r, split=took)
-    return s, (RanksSplit(r, "decode", "pop_preallocated", took, kept),)
+    s, dropped = drop_scanned(c, s, _dropped(c, s))  # the call's drops come first
+    s = set_d(s, r, split=took)
+    return s, dropped + (RanksSplit(r, "decode", "pop_preallocated", took, kept),)

@@ -86,11 +86,11 @@ def d_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 
 def _ack_arrived(c, s, r):
-    return bool(arriving(s, "ack", r))
+    return bool(arriving(c, s, "ack", r))
 
 
 def _ack_channels(c, s, r):
-    return channel_args(c, sorted({(m.rank, m.prank) for m in arriving(s, "ack", r)}))
+    return channel_args(c, sorted({(m.rank, m.prank) for m in arriving(c, s, "ack", r)}))
 
 
 @action("decode", guard=_ack_arrived,
@@ -104,7 +104,7 @@ def d_recv_ack(c: Ctx, s: State, r: int, arg=()) -> Effect:
     it armed; every held request of the room then re-checks
     (``resolve_deferred_releases`` -> ``_do_release``)."""
     k, q = rank_of(arg), prank_of(arg, 1)
-    msg = next(m for m in arriving(s, "ack", r) if m.rank == k and m.prank == q)
+    msg = next(m for m in arriving(c, s, "ack", r) if m.rank == k and m.prank == q)
     s, counted = note_ack(c, consume(s, msg), r, k, q, msg.gen)
     if not counted:
         return s, (AckDropped(r, "decode", k),)

@@ -11,7 +11,8 @@ from typing import Tuple
 from reqmodel.model.events import Write, XferSkip
 from reqmodel.model.actions.core import action, CHANNEL_ARG, Ctx, Effect, Needs, PRANK_ARG, pranks
 from reqmodel.model.actions.kvmanager import (conclude, handle_abort, layout_tag,
-                                              maybe_ack_drained, pop_transfer_infos, room_id,
+                                              maybe_ack_drained, pop_transfer_infos,
+                                              prefill_instance, room_id,
                                               room_of, set_room, takes_chunks)
 from reqmodel.model.actions.transport import (arrival_of, consume, next_d_to_p,
                                               own_msg, own_ranks, prank_args, prank_of, rank_msgs,
@@ -59,18 +60,11 @@ def _chunk_queued(c, s, r):
     return bool(_queued_ranks(c, s, r))
 
 
-def _instance(c: Ctx, r: int) -> int:
-    """The prefill instance whose KV managers send r's chunks, as
-    ``State.failed_sessions`` names it: -1, the one instance of shared
-    transfer queues, or r, its own with "per-request" queues."""
-    return -1 if c.scenario.transfer_queues == "shared" else r
-
-
 def _sessions(c: Ctx, r: int, q: int) -> Tuple[Tuple[int, int, int], ...]:
     """The decode sessions prefill rank q's manager sends r's chunks to, as
     keys of ``State.failed_sessions``: one per decode rank (each rank's
     receiver registers its own Mooncake session, ``mooncake_session_id``)."""
-    return tuple((_instance(c, r), q, k) for k in range(c.scenario.decode.ranks))
+    return tuple((prefill_instance(c, r), q, k) for k in range(c.scenario.decode.ranks))
 
 
 def session_listed(c: Ctx, s: State, r: int, q: int) -> bool:
@@ -318,7 +312,7 @@ def _probe_ranks(c, s, r):
     queues by the request whose instance it is."""
     if not s.failed_sessions or not c.failed_session_probe:
         return []
-    inst = _instance(c, r)
+    inst = prefill_instance(c, r)
     if inst == -1 and r != 0:
         return []
     return sorted({q for i, q, _ in s.failed_sessions if i == inst})
@@ -340,7 +334,7 @@ def p_probe_failed_sessions(c: Ctx, s: State, r: int, arg=()) -> Effect:
     Untimed: the pass may come at any point after the failure, before the
     next chunk to that session or after it."""
     q = prank_of(arg)
-    inst = _instance(c, r)
+    inst = prefill_instance(c, r)
     return replace(s, failed_sessions=tuple(x for x in s.failed_sessions
                                             if not (x[0] == inst and x[1] == q))), ()
 

@@ -12,6 +12,8 @@ The channels are the code's sockets, whatever the room:
   reports and ABORT_ACKs share its KV manager's cached socket per decode
   endpoint (``_send_multipart_locked``, cc 19:899-906, 21:1254-1260), and
   decode's ``decode_thread`` applies them as they arrive (``P_TO_D``).
+Each prefill instance (or DP rank) has its own sockets: with per-request
+transfer queues every request's channels are its own.
 A status report goes to every decode rank of the room (one message here, so
 it is the head of every one of its rank's channels at once); an ack to one.
 
@@ -37,41 +39,50 @@ def consume(s: State, msg: Msg) -> State:
 
 def next_d_to_p(c: Ctx, s: State, r: int, rank: int = 0, q: int = 0) -> Optional[Msg]:
     """The oldest decode->prefill message from decode rank ``rank`` to prefill
-    rank ``q``, whatever its room, if request r sent it."""
+    rank ``q`` of r's prefill instance, whatever its room, if request r sent
+    it.  With per-request transfer queues each request has its own prefill
+    instance (or DP rank), so its own bootstrap endpoint and channel."""
+    own = c.scenario.transfer_queues != "shared"
     for m in s.net:
-        if m.kind in D_TO_P and m.rank == rank and m.prank == q:
+        if m.kind in D_TO_P and m.rank == rank and m.prank == q and (not own or m.rid == r):
             return m if m.rid == r else None
     return None
 
 
-def p_to_d_heads(s: State) -> Tuple[Msg, ...]:
+def p_to_d_heads(s: State, per_request: bool = False) -> Tuple[Msg, ...]:
     """The prefill->decode messages that can arrive next: each the oldest of
     its prefill rank on every decode rank it goes to (a status report goes to
-    all of them, an ack to its ``rank``)."""
+    all of them, an ack to its ``rank``).  With ``per_request`` (transfer
+    queues) each request's prefill instance has its own sockets: its
+    messages are on channels of their own."""
     heads = []
     behind_all = set()  # prefill ranks with a status in flight: every channel is behind it
     behind = set()  # (prefill rank, decode rank) channels with an older message
     started = set()  # prefill ranks with any older message
     for m in s.net:
-        if m.kind not in P_TO_D or m.prank in behind_all:
+        if m.kind not in P_TO_D:
+            continue
+        src = (m.rid, m.prank) if per_request else m.prank
+        if src in behind_all:
             continue
         if m.kind is MsgKind.status:
-            if m.prank not in started:
+            if src not in started:
                 heads.append(m)
-            behind_all.add(m.prank)
+            behind_all.add(src)
         else:
-            if (m.prank, m.rank) not in behind:
+            if (src, m.rank) not in behind:
                 heads.append(m)
-            behind.add((m.prank, m.rank))
-        started.add(m.prank)
+            behind.add((src, m.rank))
+        started.add(src)
     return tuple(heads)
 
 
-def arriving(s: State, kind: str, r: int) -> Tuple[Msg, ...]:
+def arriving(c: Ctx, s: State, kind: str, r: int) -> Tuple[Msg, ...]:
     """Request r's own messages of one prefill->decode kind that can arrive next."""
     if not s.net:
         return ()
-    return tuple(m for m in p_to_d_heads(s) if m.kind == kind and m.rid == r)
+    return tuple(m for m in p_to_d_heads(s, c.scenario.transfer_queues != "shared")
+                 if m.kind == kind and m.rid == r)
 
 
 def rank_of(arg: Tuple) -> int:
