@@ -48,7 +48,24 @@ ASSUMPTIONS: Dict[str, Tuple[Tuple[str, ...], str]] = {
     "multi-prefill": (("inflight-reuse",),
                       "several prefill instances or prefill DP ranks send into one decode "
                       "instance"),
+    "prefill-faults": (("prefill-silent", "prefill-dies"),
+                       "a prefill instance may die (its process or node lost), or its bootstrap "
+                       "server may miss decode's /health probes while it runs on (the second "
+                       "probe has two prefill instances)"),
 }
+# decode's heartbeat (cc 19:1083 ... 23:1998): how long it takes to declare a
+# prefill instance lost, read from decode's environment
+HEARTBEAT = ("SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL", "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE")
+
+
+def heartbeat(d: Role) -> str:
+    """Decode's heartbeat settings in words: the interval is clamped to at
+    least 2 s and the count to at least 1 (cc 19:270-274, 23:479-483)."""
+    interval = max(2.0, float(d.env.get(HEARTBEAT[0], 5.0)))
+    count = max(1, int(d.env.get(HEARTBEAT[1], 2)))
+    return (f"decode declares a prefill instance lost after {count} missed /health "
+            f"probe{'s' if count > 1 else ''} {interval:g} s apart, each allowed 3 s "
+            f"({HEARTBEAT[1]}, {HEARTBEAT[0]})")
 
 
 @attrs.frozen
@@ -240,6 +257,8 @@ def traffic_probes(rel: Release, p: Role, d: Role, st: Settings,
         templates, what = ASSUMPTIONS[name]
         if name == "pause-retract":
             templates = templates[:1] if d.overlap else templates[1:]
+        if name == "prefill-faults":
+            what = f"{what}; {heartbeat(d)}"
         for t in templates:
             out.append(_from_builtin(t, f"{name}-{t}", f"assumed: {what}", st))
     return out, notes

@@ -501,7 +501,7 @@ def report_cmd(release, scenario_names, out, max_states, workers) -> None:
 @click.option("--decode-log", "decode_log", multiple=True, type=click.Path(dir_okay=False),
               help="The decode worker's startup log.")
 @click.option("--assume", "assume", multiple=True, metavar="NAME",
-              help="Traffic the flags do not show, checked too: "
+              help="Traffic or faults the flags do not show, checked too: "
                    f"{', '.join(_ASSUMPTIONS)} (repeatable, or comma-separated).")
 @click.option("--out", "out", type=click.Path(file_okay=False), default="reqmodel-audit",
               show_default=True, help="Where the findings' traces (ITF) are written.")
