@@ -18,18 +18,22 @@ RELEASES = releases.NAMES
 ROOT = conform.DEFAULT_DIR
 
 
-@pytest.fixture(scope="module")
-def failed_list_replays(tmp_path_factory):
-    """Every release's model-generated cases of the failed-session list,
-    each replayed on its release's code."""
-    root = tmp_path_factory.mktemp("failed-list")
+def _replays(root, cases):
+    """Every release's model-generated ``cases(release)``, each written as a
+    trace file and replayed on its release's code."""
     paths = []
     for rel in RELEASES:
-        for i, (sc, t) in enumerate(pathcases.failed_list_cases(releases.get(rel))):
+        for i, (sc, t) in enumerate(cases(releases.get(rel))):
             path = root / rel / f"case{i:03d}-{sc.name}-{t.steps[-1].action}.itf.json"
             itf.write(path, t, sc)
             paths.append(str(path))
     return traces_mod.run(ROOT, paths)
+
+
+@pytest.fixture(scope="module")
+def failed_list_replays(tmp_path_factory):
+    """The failed-session list's cases, replayed."""
+    return _replays(tmp_path_factory.mktemp("failed-list"), pathcases.failed_list_cases)
 
 
 @pytest.mark.parametrize("rel", RELEASES)
@@ -66,16 +70,8 @@ def test_a_path_ends_in_its_step_and_replays_on_the_model():
 
 @pytest.fixture(scope="module")
 def node_failure_replays(tmp_path_factory):
-    """Every release's model-generated cases of decode's node failure, each
-    replayed on its release's code."""
-    root = tmp_path_factory.mktemp("node-failure")
-    paths = []
-    for rel in RELEASES:
-        for i, (sc, t) in enumerate(pathcases.node_failure_cases(releases.get(rel))):
-            path = root / rel / f"case{i:03d}-{sc.name}-{t.steps[-1].action}.itf.json"
-            itf.write(path, t, sc)
-            paths.append(str(path))
-    return traces_mod.run(ROOT, paths)
+    """Decode's node failure's cases, replayed."""
+    return _replays(tmp_path_factory.mktemp("node-failure"), pathcases.node_failure_cases)
 
 
 @pytest.mark.parametrize("rel", RELEASES)

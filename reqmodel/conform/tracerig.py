@@ -971,11 +971,11 @@ class Rig:
         rank.mgr._run_one_probe_pass()
 
     def p_dies(self, r, params):
-        """The prefill instance dies: the rig steps none of its objects again
-        (a step of a prefill process after this is none the trace can have:
-        the model's gate), and its transfer workers stay held at their gates
-        with whatever they had queued or started."""
-        self.prefill_dead = True
+        """The prefill instance dies: nothing to do on the real objects.  The
+        rig steps none of them again (a step of a prefill process after this
+        is none the trace can have: the model's gate), and its transfer
+        workers stay held at their gates with whatever they had queued or
+        started."""
 
     def _node_failure(self):
         """Decode rank 0's heartbeat reaches its threshold: the release's own
@@ -987,6 +987,9 @@ class Rig:
     def d_node_failure(self, r, params):
         self._node_failure()
 
+    def d_heartbeat_lost(self, r, params):
+        self._node_failure()
+
     def _resolve_pending(self, answers: bool):
         """``_resolve_pending_reqs`` on every decode rank, the fetch of the
         prefill instance's parallel info answering (it registers the saved
@@ -995,9 +998,9 @@ class Rig:
         for rank in self.D:
             q, mgr = rank.queue, rank.mgr
 
-            def fetch(addr, mgr=mgr):
+            def fetch(addr, mgr=mgr, info=rank.prefill_info):
                 if answers:
-                    mgr.prefill_info_table[addr] = rank.prefill_info
+                    mgr.prefill_info_table[addr] = info
                 return answers
             if not answers:
                 q._ensure_retry_count[ADDR] = q._max_ensure_retries - 1
@@ -1010,9 +1013,6 @@ class Rig:
 
     def d_fetch_fails(self, r, params):
         self._resolve_pending(False)
-
-    def d_heartbeat_lost(self, r, params):
-        self._node_failure()
 
     def xfer_stray_lands(self, r, params):
         engine = self._prank(params).engine

@@ -430,12 +430,12 @@ def _run_space(sc: Scenario, release: Optional[Release] = None):
     orders; a step the release's code does not have (``Action.on``) is in no
     schedule of that release, nor one the scenario cannot have
     (``Action.scenarios``)."""
-    acts = [a for a in ACTIONS if (release is None or a.on(release))
-            and (a.scenarios is None or a.scenarios(sc))]
-    pairs = tuple((a.name, r) for a in acts if a.event_flag is None for r in range(sc.n))
+    acts = [a for a in ACTIONS if release is None or a.on(release)]
+    pairs = tuple((a.name, r) for a in acts if a.event_flag is None
+                  for r in range(sc.n) if a.allowed(sc, r))
     threads = tuple((w, r) for w in THREADS for r in range(sc.n))
     events = tuple((a.name, r) for a in acts if a.event_flag is not None
-                   for r in range(sc.n) if sc.events.on(a.event_flag, r))
+                   for r in range(sc.n) if a.allowed(sc, r))
     return pairs, threads, events
 
 

@@ -82,7 +82,7 @@ def _dropped(c: Ctx, s: State) -> List[int]:
     """The entries one ``pop_preallocated`` call drops: its handshake polls
     the whole queue once, then its first loop drops every entry it finds
     finished (dc 21:1288-1300), in the same call."""
-    return [u for u, d in enumerate(s.d) if d.stage is DStage.PREALLOC and _prealloc_drop(c, s, u)]
+    return [u for u in range(len(s.d)) if _prealloc_drop(c, s, u)]
 
 
 def drop_scanned(c: Ctx, s: State, drops: List[int]) -> Effect:

@@ -18,9 +18,11 @@ code per release (``19:`` ... ``23:``; ``cc`` = disaggregation/common/conn.py).
 """
 from __future__ import annotations
 
+from typing import List
+
 from reqmodel.model.actions.core import Ctx, Effect, action, replace, set_d
-from reqmodel.model.actions.kvmanager import (d_room_of, prefill_instance, receiver_fail,
-                                              served_with, set_d_room)
+from reqmodel.model.actions.kvmanager import (d_room_of, names_instance, prefill_instance,
+                                              receiver_fail, served_with, set_d_room)
 from reqmodel.model.state import DStage, KVPoll, MsgKind, PStage, State
 
 # the request statuses ``_handle_node_failure`` overwrites: a room in
@@ -35,17 +37,6 @@ _LOSABLE = (KVPoll.Bootstrapping, KVPoll.WaitingForInput, KVPoll.Transferring)
 _GONE_WITH_PREFILL = (MsgKind.chunk, MsgKind.write, MsgKind.stray)
 
 
-def _names_instance(c: Ctx, r: int, event: str = "") -> bool:
-    """Request r names its prefill instance for a step of the instance as a
-    whole: with per-request queues every request has its own; with shared
-    queues the one instance is named by the first request ``event`` lists
-    (by request 0 for a step of the deployment's own)."""
-    if c.scenario.transfer_queues != "shared":
-        return True
-    targets = getattr(c.scenario.events, event) if event else (0,)
-    return bool(targets) and r == targets[0]
-
-
 def _in_flight(s: State, i: int) -> bool:
     """Request i is at a worker and not finished with on both."""
     return (s.p[i].stage not in (PStage.ABSENT, PStage.GONE)
@@ -53,7 +44,7 @@ def _in_flight(s: State, i: int) -> bool:
 
 
 def _may_die(c, s, r):
-    return (_names_instance(c, r, "prefill_dies") and not s.prefill_down(r)
+    return (names_instance(c, r, "prefill_dies") and not s.prefill_down(r)
             and any(_in_flight(s, i) for i in served_with(c, r)))
 
 
@@ -81,15 +72,15 @@ def p_dies(c: Ctx, s: State, r: int, arg=()) -> Effect:
     return replace(s, prefill_dead=dead, net=net), ()
 
 
-def _tracked(c: Ctx, s: State, r: int) -> bool:
-    """Decode's KV manager tracks a room of r's prefill instance that
-    ``_handle_node_failure`` would fail: a receiver of it exists
+def _tracked(c: Ctx, s: State, r: int) -> List[int]:
+    """The requests of r's prefill instance whose room decode's KV manager
+    tracks and ``_handle_node_failure`` would fail: a receiver of it exists
     (``addr_to_rooms_tracker[addr]`` gains the room in the receiver's
     ``__init__``, cc 19:1380, 20:1608, 21:1741, 22:2195, 23:2508, and loses
     it in ``clear()``, cc 20:1853, 21:2012, 22:2546, 23:2938) and the
     room's ``request_status`` is neither Success nor Failed."""
-    return any(s.d[i].has_receiver and d_room_of(c, s, i).status in _LOSABLE
-               for i in served_with(c, r))
+    return [i for i in served_with(c, r)
+            if s.d[i].has_receiver and d_room_of(c, s, i).status in _LOSABLE]
 
 
 def _registered(c: Ctx, s: State, r: int) -> bool:
@@ -99,14 +90,19 @@ def _registered(c: Ctx, s: State, r: int) -> bool:
     return prefill_instance(c, r) not in s.prefill_lost
 
 
+def _heartbeat_finds(c, s, r) -> bool:
+    """Decode's heartbeat probes r's instance and a node failure there would
+    fail a tracked room."""
+    return _registered(c, s, r) and bool(_tracked(c, s, r))
+
+
 def _lost_dead(c, s, r):
-    return (_names_instance(c, r) and s.prefill_down(r) and _registered(c, s, r)
-            and _tracked(c, s, r))
+    return names_instance(c, r) and s.prefill_down(r) and _heartbeat_finds(c, s, r)
 
 
 def _heartbeat_fails(c, s, r):
-    return (_names_instance(c, r, "prefill_silent") and not s.prefill_down(r)
-            and _registered(c, s, r) and _tracked(c, s, r))
+    return (names_instance(c, r, "prefill_silent") and not s.prefill_down(r)
+            and _heartbeat_finds(c, s, r))
 
 
 def _node_failure(c: Ctx, s: State, r: int) -> Effect:
@@ -126,9 +122,8 @@ def _node_failure(c: Ctx, s: State, r: int) -> Effect:
     (``State.prefill_lost``): the heartbeat no longer probes it, and a
     receiver created afterwards waits for its parallel info
     (``kvmanager.receiver_init``, :func:`d_fetch_prefill_info`)."""
-    for i in served_with(c, r):
-        if s.d[i].has_receiver and d_room_of(c, s, i).status in _LOSABLE:
-            s = receiver_fail(c, s, i)
+    for i in _tracked(c, s, r):
+        s = receiver_fail(c, s, i)
     lost = tuple(sorted(set(s.prefill_lost) | {prefill_instance(c, r)}))
     return replace(s, prefill_lost=lost), ()
 
@@ -165,9 +160,14 @@ def _pending(c: Ctx, s: State, r: int):
             if s.d[i].stage is DStage.PREALLOC and s.d[i].receiver_state is KVPoll.Bootstrapping]
 
 
+def _awaits_fetch(c, s, r) -> bool:
+    """Decode dropped r's instance and a receiver of it waits for its info."""
+    return (bool(s.prefill_lost) and names_instance(c, r) and not _registered(c, s, r)
+            and bool(_pending(c, s, r)))
+
+
 def _fetch_answers(c, s, r):
-    return (bool(s.prefill_lost) and _names_instance(c, r) and not _registered(c, s, r)
-            and not s.prefill_down(r) and bool(_pending(c, s, r)))
+    return _awaits_fetch(c, s, r) and not s.prefill_down(r)
 
 
 @action("decode", guard=_fetch_answers,
@@ -190,8 +190,7 @@ def d_fetch_prefill_info(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 
 def _fetch_gives_up(c, s, r):
-    return (bool(s.prefill_lost) and _names_instance(c, r) and not _registered(c, s, r)
-            and s.prefill_down(r) and bool(_pending(c, s, r)))
+    return _awaits_fetch(c, s, r) and s.prefill_down(r)
 
 
 @action("decode", guard=_fetch_gives_up,

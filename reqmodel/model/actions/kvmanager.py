@@ -39,6 +39,18 @@ def served_with(c: Ctx, r: int) -> Tuple[int, ...]:
     return tuple(range(c.scenario.n)) if c.scenario.transfer_queues == "shared" else (r,)
 
 
+def names_instance(c: Ctx, r: int, event: str = "") -> bool:
+    """Request r names its prefill instance for a step of the instance as a
+    whole (a probe pass, a death, a node failure): with per-request queues
+    every request has its own; with shared queues the one instance is named
+    by the first request ``event`` lists (by request 0 for a step of the
+    deployment's own)."""
+    if c.scenario.transfer_queues != "shared":
+        return True
+    targets = getattr(c.scenario.events, event) if event else (0,)
+    return bool(targets) and r == targets[0]
+
+
 def d_room_of(c: Ctx, s: State, r: int) -> DRoom:
     """Decode's state (tracker, status entry) for request r's ``bootstrap_room``."""
     return s.d_rooms[s.room_slot(r)]

@@ -11,8 +11,8 @@ from typing import Tuple
 from reqmodel.model.events import Write, XferSkip
 from reqmodel.model.actions.core import action, CHANNEL_ARG, Ctx, Effect, Needs, PRANK_ARG, pranks
 from reqmodel.model.actions.kvmanager import (conclude, handle_abort, layout_tag,
-                                              maybe_ack_drained, pop_transfer_infos,
-                                              prefill_instance, room_id,
+                                              maybe_ack_drained, names_instance,
+                                              pop_transfer_infos, prefill_instance, room_id,
                                               room_of, set_room, takes_chunks)
 from reqmodel.model.actions.transport import (arrival_of, consume, next_d_to_p,
                                               own_msg, own_ranks, prank_args, prank_of, rank_msgs,
@@ -310,11 +310,9 @@ def _probe_ranks(c, s, r):
     """Prefill ranks whose probe thread has a listed session to take off:
     with shared queues the pass is named by request 0, with per-request
     queues by the request whose instance it is."""
-    if not s.failed_sessions or not c.failed_session_probe:
+    if not s.failed_sessions or not c.failed_session_probe or not names_instance(c, r):
         return []
     inst = prefill_instance(c, r)
-    if inst == -1 and r != 0:
-        return []
     return sorted({q for i, q, _ in s.failed_sessions if i == inst})
 
 
