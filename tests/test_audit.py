@@ -234,11 +234,12 @@ def test_deferred_release_on_one_role_only_is_a_warning(tmp_path):
 
 def test_assumed_traffic_adds_its_scenarios(tmp_path):
     """--assume adds the probes of what the flags do not show: here a
-    client's abort reaching one worker, and prefill faults, whose probes
-    quote decode's heartbeat settings from its environment."""
+    client's abort reaching one worker, prefill faults, whose probes quote
+    decode's heartbeat settings from its environment, and a transfer worker
+    that raises."""
     data = audit(tmp_path, "0.5.23", "--context-length 8192 --max-total-tokens 100000",
                  "--context-length 8192 --max-total-tokens 100000",
-                 "--assume", "one-leg-abort,prefill-faults",
+                 "--assume", "one-leg-abort,prefill-faults,worker-faults",
                  "--env", "decode:SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE=4")
     names = [p["name"] for p in data["probes"]]
     assert "audit-one-leg-abort-abort-reaches-prefill" in names
@@ -250,7 +251,8 @@ def test_assumed_traffic_adds_its_scenarios(tmp_path):
     assert all("after 4 missed /health probes 5 s apart" in p["why"] for p in faults)
     shown = {f.get("finding") for f in life["findings"]}
     assert {"heartbeat-loss-leaves-prefill-bootstrapping",
-            "dead-prefill-hold-delays-admission"} <= shown
+            "dead-prefill-hold-delays-admission", "dead-transfer-worker-stalls-its-queue",
+            "dead-transfer-worker-never-acks-abort"} <= shown
     # 0.5.23 holds a failed request's pages for prefill's drain ack: no read
     assert not any(f.get("finding") == "heartbeat-loss-frees-pages-under-live-write"
                    for f in gate(data, "transfer-read")["findings"])

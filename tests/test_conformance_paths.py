@@ -91,3 +91,24 @@ def test_the_node_failure_agrees_with_the_real_code_on_model_paths(rel, node_fai
     assert len(whole) >= 100
     ends = {r.trace.rsplit("-", 1)[1].split(".")[0] for r in got}
     assert ends == {"d_heartbeat_lost", "d_node_failure", "p_dies"}
+
+
+@pytest.fixture(scope="module")
+def worker_raise_replays(tmp_path_factory):
+    """The transfer worker's raise, replayed."""
+    return _replays(tmp_path_factory.mktemp("worker-raise"), pathcases.worker_raise_cases)
+
+
+@pytest.mark.parametrize("rel", RELEASES)
+def test_a_raising_transfer_worker_agrees_with_the_real_code_on_model_paths(
+        rel, worker_raise_replays):
+    """At least 100 whole cases per release of the real ``transfer_worker``
+    raising out of its loop (the rig's engine raises at the send): the
+    shortest paths to states where the worker takes a chunk and raises, on
+    transfer-worker-dies(-abort); the real handler re-raises "Transfer
+    thread failed", the thread ends, and every step of every case agrees
+    with the real code (the room counted outstanding, 0.5.22+ poisoned)."""
+    got = [r for r in worker_raise_replays if r.release == rel]
+    assert len(got) >= 100
+    bad = [(r.trace, r.divergence) for r in got if r.replayed != r.steps]
+    assert bad == []

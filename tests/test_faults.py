@@ -1,5 +1,5 @@
 """Faults around requests: a prefill instance dies or goes silent to decode's
-heartbeat (``model.actions.faults``).  A dead instance's processes take no
+heartbeat, a transfer worker thread raises (``model.actions.faults``).  A dead instance's processes take no
 step, what lived in them goes with them, decode's heartbeat fails exactly the
 rooms ``_handle_node_failure`` fails, the trace checker reads a dead process
 independently of the registry's gate, and scenarios without the events keep
@@ -113,7 +113,8 @@ def test_only_scenarios_with_the_event_have_the_steps():
     for name in ("incident", "transfer-failure", "inflight-reuse"):
         ctx = Ctx(release=releases.get("0.5.23"), scenario=scenario.builtin(name))
         names = {a.name for a, _ in ctx.candidates}
-        assert not names & {"p_dies", "d_node_failure", "d_heartbeat_lost"}, name
+        assert not names & {"p_dies", "d_node_failure", "d_heartbeat_lost",
+                            "xfer_worker_raises"}, name
     ctx = Ctx(release=releases.get("0.5.23"), scenario=scenario.builtin("prefill-dies"))
     assert {"p_dies", "d_node_failure"} <= {a.name for a, _ in ctx.candidates}
 
@@ -175,3 +176,60 @@ def test_a_scans_entries_are_compared_at_the_end_of_their_run():
     assert judged([{"a": 0}, {"a": 1}, {"a": 9}, {"a": 8}]).divergence["step"] == 2
     # a step that is no scan's entry is compared at once
     assert judged([{"a": 0}, {"a": 7}, {"a": 2}, {"a": 3}]).divergence["step"] == 1
+
+
+# --- a transfer worker thread raises out of its loop ------------------------
+
+_PER_REQUEST_RAISE = {"name": "t", "prompt_pages": [1, 1], "prefill": {"pool_pages": 2},
+                      "decode": {"pool_pages": 2}, "options": {"transfer_queues": "per-request"},
+                      "events": {"transfer_worker_dies": [0]}}
+
+
+@pytest.mark.parametrize("rel", ["0.5.19", "0.5.22"])
+def test_a_dead_worker_reads_its_queue_no_more(rel):
+    """Over every reachable state of transfer-worker-dies: once the worker's
+    thread ended, no step takes a chunk from its queue (both requests' chunks
+    are on it), the chunk it died on stays counted outstanding, and the room
+    is poisoned exactly on the releases whose handler poisons it (0.5.22+)."""
+    ctx = Ctx(release=releases.get(rel), scenario=scenario.builtin("transfer-worker-dies"))
+    states = _states(ctx)
+    dead = [s for s in states if s.workers_dead]
+    assert dead and len(dead) < len(states)
+    takes = {"xfer_dequeue", "xfer_session_failed", "xfer_fail", "xfer_worker_raises"}
+    stuck = False
+    for s in dead:
+        assert s.workers_dead == ((-1, 0),)
+        assert not {a.name for a, _ in enabled(ctx, s)} & takes
+        assert s.rooms[s.room_index(0, 0)].outstanding == 1
+        assert s.rooms[s.room_index(0, 0)].poisoned == ctx.release.poison_failed_rooms
+        stuck = stuck or any(m.kind == MsgKind.chunk for m in s.net)
+    assert stuck  # request 1's chunk queued behind the dead worker
+
+
+def test_a_dead_worker_of_its_own_instance_holds_back_no_other():
+    """With per-request queues each request has its own worker: request 0's
+    dying leaves request 1 free to be answered without a timeout."""
+    sc = scenario.from_dict(_PER_REQUEST_RAISE)
+    ctx = Ctx(release=releases.get("0.5.21"), scenario=sc)
+    dead = [s for s in _states(ctx) if s.workers_dead]
+    assert {s.workers_dead for s in dead} == {((0, 0),)}
+    assert any(s.d[1].answer == 200 for s in dead)
+    assert not any(s.d[0].answer == 200 for s in dead)
+
+
+def test_the_checker_finds_a_step_of_a_dead_worker(monkeypatch):
+    """Without the queue's gate (``transfer._chunk_next`` reads
+    ``State.workers_dead``) the dead worker would take request 1's chunk; the
+    trace checker reads the thread's end off the state and names that step."""
+    from reqmodel.model.actions import transfer
+    sc = scenario.builtin("transfer-worker-dies")
+    rel = releases.get("0.5.21")
+    t = exhaustive.explore(rel, sc, [properties.CATALOG["answered-without-timeout"]])
+    steps = list(t.verdicts["answered-without-timeout"].trace.steps)
+    assert steps[-1].action == "xfer_worker_raises"
+    steps.append(Step("xfer_dequeue", 1))
+    assert exhaustive.replay(rel, sc, steps)[2] == len(steps) - 1  # the gate holds it
+    monkeypatch.setattr(transfer, "worker_of", lambda c, r, q: (99, q))
+    bad = order.check(rel, sc, steps)
+    assert [(v.step, v.due_since) for v in bad] == [(len(steps), len(steps) - 1)]
+    assert "thread ended" in bad[0].text

@@ -61,8 +61,8 @@ def test_every_state_field_is_a_trace_variable(trace_file):
     path, t = trace_file
     data = json.loads(path.read_text())
     names = [f.name for f in attrs.fields(State)
-             if f.name not in ("prefill_dead", "prefill_lost")]
-    assert data["vars"] == names  # no prefill instance died or was lost in it
+             if f.name not in ("prefill_dead", "prefill_lost", "workers_dead")]
+    assert data["vars"] == names  # no prefill instance or worker died, none was lost
     assert {"d_rooms", "room_slots"} <= set(names)
     for st in data["states"]:
         assert set(names) <= set(st)

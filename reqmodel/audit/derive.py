@@ -52,6 +52,9 @@ ASSUMPTIONS: Dict[str, Tuple[Tuple[str, ...], str]] = {
                        "a prefill instance may die (its process or node lost), or its bootstrap "
                        "server may miss decode's /health probes while it runs on (the second "
                        "probe has two prefill instances)"),
+    "worker-faults": (("transfer-worker-dies", "transfer-worker-dies-abort"),
+                      "a prefill transfer worker thread may raise out of its loop (prefill logs "
+                      "'Transfer thread failed'), its process running on"),
 }
 # decode's heartbeat (cc 19:1083 ... 23:1998): how long it takes to declare a
 # prefill instance lost, read from decode's environment

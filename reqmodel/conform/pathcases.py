@@ -9,8 +9,9 @@ Used for Mooncake's failed-session list (``xfer_fail`` listing decode's
 session, ``xfer_session_failed`` failing a chunk to a listed session,
 ``p_probe_failed_sessions`` taking it off) and for decode's heartbeat
 declaring a prefill instance lost (``d_heartbeat_lost``, ``d_node_failure``:
-the real ``_handle_node_failure``): ``tests/test_conformance_paths.py``
-replays them on every release.
+the real ``_handle_node_failure``), and for a transfer worker that raises
+(``xfer_worker_raises``: the real ``transfer_worker``'s handler, its thread
+ending): ``tests/test_conformance_paths.py`` replays them on every release.
 """
 from __future__ import annotations
 
@@ -104,3 +105,17 @@ def node_failure_cases(release: Release, per_action: Optional[int] = 56
     for t in paths_ending_in(release, dies, ("p_dies",), None if per_action is None
                              else max(1, per_action // 5)):
         yield dies, t
+
+
+# a transfer worker raising out of its loop, with and without a client abort
+WORKER_RAISE_SCENARIOS = ("transfer-worker-dies", "transfer-worker-dies-abort")
+
+
+def worker_raise_cases(release: Release, per_scenario: Optional[int] = 60
+                       ) -> Iterable[Tuple[Scenario, Trace]]:
+    """The worker's raise on ``release``: up to ``per_scenario`` paths ending
+    in ``xfer_worker_raises`` on each scenario of ``WORKER_RAISE_SCENARIOS``."""
+    for name in WORKER_RAISE_SCENARIOS:
+        sc = scenario_mod.builtin(name)
+        for t in paths_ending_in(release, sc, ("xfer_worker_raises",), per_scenario):
+            yield sc, t

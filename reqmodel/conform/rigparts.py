@@ -291,6 +291,9 @@ class Engine:
         # (a head-sliced chunk is one batch per layer's K and V) ...
         self.failing = False
         self.stray: List[tuple] = []  # ... and their blocks land later
+        # every call raises while this is set, before a byte moves: a fault
+        # in the worker's send (``xfer_worker_raises``)
+        self.raising = False
 
     def get_session_id(self):
         return f"{p_ip(self.q)}:{p_port(self.q)}"
@@ -298,6 +301,8 @@ class Engine:
     def batch_transfer_sync(self, session_id, src, dst, lengths):
         self.gate.engine_call()
         try:
+            if self.raising:
+                raise RuntimeError("rig: the send raised before any block moved")
             return self._transfer(src, dst, lengths)
         finally:
             self.gate.engine_done()

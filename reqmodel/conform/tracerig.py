@@ -145,6 +145,7 @@ class PrefillRank:
         rig._abort_side(s, du.DisaggregationMode.PREFILL, self.answer, self.req, self.echoed)
         self.sched = s
         self.worker_thread: Optional[threading.Thread] = None
+        self.worker_dead = False  # its thread raised out of transfer_worker
 
     def start_worker(self):
         executor = self.gate.executor()
@@ -963,6 +964,31 @@ class Rig:
         failed batch filled, makes it fail early."""
         self._prank(params).gate.dequeue()
 
+    def xfer_worker_raises(self, r, params):
+        """The worker takes r's chunk and its send raises before a byte moves
+        (the rig's engine raises at every call while ``raising`` is set); the
+        release's own handler re-raises "Transfer thread failed" (0.5.22+
+        poison the room first) and the thread ends.  The rig steps that
+        worker no more (the model's gate, ``State.workers_dead``)."""
+        rank = self._prank(params)
+        rank.engine.raising = True
+        rank.gate.dequeue()
+        if not rank.gate.at_engine():
+            raise Diverged("the worker took the chunk without calling its engine")
+        try:
+            rank.gate.write()
+        except RuntimeError as e:
+            if "Transfer thread failed" not in str(e):
+                raise
+        else:
+            raise Diverged("the worker's send raised and its thread went on")
+        with rank.gate.cv:
+            rank.gate.error = None
+        rank.worker_thread.join(timeout=5)
+        if rank.worker_thread.is_alive():
+            raise Diverged("the transfer worker thread did not end")
+        rank.worker_dead = True
+
     def p_probe_failed_sessions(self, r, params):
         """One pass of the rank's real probe loop (``_run_one_probe_pass``)
         with every listed decode session answering its probe."""
@@ -1147,7 +1173,7 @@ class Rig:
                 self._to_decode(rank, frame)
         self._resolve_all()
         for rank in self.P:
-            while not rank.gate.empty():
+            while not rank.worker_dead and not rank.gate.empty():
                 rank.gate.dequeue()
                 rank.gate.write()
         for r in range(self.n):
@@ -1200,7 +1226,7 @@ class Rig:
                 "crashed": self.crashed["p"][r]}
 
     def observe(self) -> Dict[str, Any]:
-        out = {"p": [], "d": [], "p_room": [], "d_room": []}
+        out = {"p": [], "d": [], "p_room": [], "d_room": [], "p_drain": []}
         several = len(self.D) > 1
         if several:
             out["d_ranks"] = []
@@ -1212,6 +1238,11 @@ class Rig:
             rooms = [kvadapter.poll_name(rank.mgr.request_status.get(self.rooms[r]))
                      for rank in self.P]
             out["p_room"].append(rooms[0] if len(rooms) == 1 else rooms)
+            # _staging_outstanding and _deferred_ack_poisoned_rooms (0.5.22+)
+            drain = [[rank.mgr._staging_outstanding.get(self.rooms[r], 0),
+                      self.rooms[r] in getattr(rank.mgr, "_deferred_ack_poisoned_rooms", ())]
+                     for rank in self.P]
+            out["p_drain"].append(drain[0] if len(drain) == 1 else drain)
             # the scans act on the MIN over the ranks of the entries they
             # still have (a rank that let the room go has none)
             polls = [rank.mgr.request_status.get(self.rooms[r]) for rank in self.D]
@@ -1276,7 +1307,7 @@ STEPS = ("p_intake", "d_intake", "p_door", "d_door", "d_prealloc", "p_recv_metad
          "p_req_waiting_timeout", "xfer_fail", "xfer_stray_lands", "d_retract", "d_resume",
          "d_waiting_timeout", "d_prealloc_splits", "d_handshake", "xfer_session_failed",
          "p_probe_failed_sessions", "d_drop_late_status", "p_dies", "d_node_failure",
-         "d_heartbeat_lost", "d_fetch_prefill_info", "d_fetch_fails")
+         "d_heartbeat_lost", "d_fetch_prefill_info", "d_fetch_fails", "xfer_worker_raises")
 
 
 def replay(trace: Dict[str, Any]) -> Dict[str, Any]:

@@ -46,7 +46,7 @@ def _answer(status: Optional[int]) -> Optional[str]:
 
 def project(state, decode_ranks: int = 1) -> Dict[str, Any]:
     """What the rig observes, as the model's state says it."""
-    out: Dict[str, Any] = {"p": [], "d": [], "p_room": [], "d_room": []}
+    out: Dict[str, Any] = {"p": [], "d": [], "p_room": [], "d_room": [], "p_drain": []}
     ranks = state.prefill_ranks
     if decode_ranks > 1:
         out["d_ranks"] = [_decode_rank_stages(d, decode_ranks) for d in state.d]
@@ -62,6 +62,10 @@ def project(state, decode_ranks: int = 1) -> Dict[str, Any]:
         # heads of every decode page
         rooms = [_poll(state.rooms[state.room_index(r, q)].status) for q in range(ranks)]
         out["p_room"].append(rooms[0] if ranks == 1 else rooms)
+        # what the drain ack waits on: chunks counted outstanding, the poison
+        drain = [[x.outstanding, x.poisoned]
+                 for x in (state.rooms[state.room_index(r, q)] for q in range(ranks))]
+        out["p_drain"].append(drain[0] if ranks == 1 else drain)
         out["d_room"].append(_poll(state.d_rooms[state.room_slot(r)].status))
     out["writers"] = [pg.writer if ranks == 1 else list(pg.writers) for pg in state.d_pages]
     return out

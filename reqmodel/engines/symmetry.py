@@ -80,6 +80,7 @@ def _request_signature(s: State, r: int) -> Tuple:
         # the sessions listed on r's own prefill instance (per-request queues)
         tuple((q, k) for i, q, k in s.failed_sessions if i == r),
         r in s.prefill_dead, r in s.prefill_lost,
+        tuple(q for i, q in s.workers_dead if i == r),
     )
 
 
@@ -367,6 +368,7 @@ def _permute_requests(s: State, pi: List[int]) -> State:
                                      for i, q, k in s.failed_sessions)),
         prefill_dead=tuple(sorted(-1 if i < 0 else pi[i] for i in s.prefill_dead)),
         prefill_lost=tuple(sorted(-1 if i < 0 else pi[i] for i in s.prefill_lost)),
+        workers_dead=tuple(sorted((-1 if i < 0 else pi[i], q) for i, q in s.workers_dead)),
     )
 
 

@@ -216,7 +216,8 @@ _STEPS: Dict[str, Dict[Optional[str], Tuple[str, ...]]] = {
     # prefill's KV manager: the bootstrap thread and the transfer workers
     "prefill.bootstrap_thread": {None: ("p_recv_metadata", "p_recv_abort")},
     "prefill.transfer_worker": {None: ("xfer_dequeue", "xfer_write", "xfer_fail",
-                                       "xfer_stray_lands", "xfer_session_failed")},
+                                       "xfer_stray_lands", "xfer_session_failed",
+                                       "xfer_worker_raises")},
     # with SGLANG_ENABLE_FAILED_SESSION_PROBE, each prefill rank's manager
     # runs a probe thread (mc 19:273-285 ... 23:374-377)
     "prefill.probe_thread": {None: ("p_probe_failed_sessions",)},

@@ -58,7 +58,7 @@ class Release:
     # ABORT/ABORT_ACK with deferral on (§5.4, §5.5) ----------------------------
     ack_targets: AckPolicy  # P: LAST target per room | FAN_OUT to peers too | PER_ENDPOINT
     ack_generations: bool  # ABORT/ack carry a generation; D counts only its own
-    poison_failed_rooms: bool  # a failed transfer poisons the room: no ack ever
+    poison_failed_rooms: bool  # a failed batch or a worker's raise poisons the room: no ack ever
     arm_before_send: bool  # D arms its tracker in ensure_abort_notified, before ABORT
     hold_unnotified: bool  # D3 holds every deferrable failure (force_arm)
     release_reduced: bool  # D releases a hold on every rank together (MIN-reduced)

@@ -101,6 +101,10 @@ class Events:
     # while that instance runs on (its bootstrap server's /health does not
     # answer in time twice in a row): decode declares it lost
     prefill_silent: Tuple[int, ...] = ()
+    # the transfer worker that takes these requests' chunks may raise while
+    # handling one of them (a bug or a bad registration in its loop): its
+    # thread ends, the rest of the prefill instance runs on
+    transfer_worker_dies: Tuple[int, ...] = ()
 
     def on(self, name: str, rid: int) -> bool:
         return rid in getattr(self, name)

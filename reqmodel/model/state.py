@@ -420,6 +420,10 @@ class State:
     # (``prefill_info_table``), until a fetch of its parallel info registers
     # it again: receivers created meanwhile wait for it
     prefill_lost: Tuple[int, ...] = attrs.field(default=(), metadata=ITF_OMIT)
+    # the transfer worker threads that raised out of their loop (``[events]
+    # transfer_worker_dies``): (instance, prefill rank), the instance named
+    # as in ``prefill_dead``; the thread is gone, its process lives on
+    workers_dead: Tuple[Tuple[int, int], ...] = attrs.field(default=(), metadata=ITF_OMIT)
 
     # -- small derived views used by guards ---------------------------------
     def crashed(self) -> bool:

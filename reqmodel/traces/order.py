@@ -19,7 +19,8 @@ it waits for), and then checks the loop's rule:
     another process can arrive in between).
 
 the rule of a dead process (a step of a prefill process after its
-instance died, ``p_dies``, is none the code takes), and the rule of a loop
+instance died, ``p_dies``, or of a transfer worker on its queue after the
+worker's thread raised, ``xfer_worker_raises``, is none the code takes), and the rule of a loop
 that returns in the middle of an iteration
 (``Loop.returns_early``):
 
@@ -44,6 +45,7 @@ import attrs
 
 from reqmodel.model import processes
 from reqmodel.model.actions import Ctx, Step
+from reqmodel.model.actions.transport import prank_of
 from reqmodel.model.events import Stream
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
@@ -148,6 +150,7 @@ def check(release: Release, scenario: Scenario, steps: Sequence[Step]
     due_since: Dict[int, Optional[int]] = {r: None for r in range(scenario.n)}
     found.extend(_early_returns(states, steps))
     found.extend(_dead_steps(states, steps))
+    found.extend(_dead_worker_steps(states, steps))
     for j, step in enumerate(steps, start=1):
         phase = processes.phase_of(step.action, states[j - 1], step.rid)
         if phase == "ingest" and processes.loop_of(step.action) is loop:
@@ -209,4 +212,31 @@ def _dead_steps(states: Sequence[State], steps: Sequence[Step]) -> List[OrderVio
                 j, died[step.rid], step.rid,
                 f"step {j} {step}: a step of {processes.process_of(step.action)}, whose "
                 f"prefill instance died at step {died[step.rid]}"))
+    return found
+
+
+# the transfer worker's steps that are the NIC's, not the thread's: a write
+# the worker gave up on lands whenever it lands
+_NIC_STEPS = ("xfer_stray_lands",)
+
+
+def _dead_worker_steps(states: Sequence[State], steps: Sequence[Step]) -> List[OrderViolation]:
+    """Steps of a transfer worker whose thread had ended (``xfer_worker_raises``),
+    read off the state: the worker of request r on prefill rank q is
+    (-1, q) with shared queues, (r, q) with per-request ones."""
+    found: List[OrderViolation] = []
+    died: Dict[Tuple[int, int], int] = {}  # (request, rank) -> the step after which it ended
+    for j, step in enumerate(steps, start=1):
+        before = states[j - 1]
+        for inst, q in before.workers_dead:
+            for r in (range(len(before.p)) if inst < 0 else (inst,)):
+                died.setdefault((r, q), j - 1)
+        if (processes.process_of(step.action) == "prefill.transfer_worker"
+                and step.action not in _NIC_STEPS):
+            key = (step.rid, prank_of(step.arg))
+            if key in died:
+                found.append(OrderViolation(
+                    j, died[key], step.rid,
+                    f"step {j} {step}: a step of the transfer worker of r{step.rid} on prefill "
+                    f"rank {key[1]}, whose thread ended at step {died[key]}"))
     return found

@@ -133,6 +133,10 @@ def changes(old: State, new: State) -> List[str]:
     for inst in sorted(set(new.prefill_dead) - set(old.prefill_dead)):
         out.append(("P" if inst < 0 else f"r{inst}'s prefill instance")
                    + " is dead: none of its processes takes another step")
+    for inst, q in sorted(set(new.workers_dead) - set(old.workers_dead)):
+        where = "P" if inst < 0 else f"r{inst}'s prefill instance"
+        out.append(f"{where} rank {q}'s transfer worker thread has ended: its queue is never "
+                   "read again")
     for inst in sorted(set(new.prefill_lost) ^ set(old.prefill_lost)):
         who = "P" if inst < 0 else f"r{inst}'s prefill instance"
         out.append(f"decode drops its registration of {who}" if inst in new.prefill_lost

@@ -81,7 +81,7 @@ RUN: Optional[Reader] = None  # the reader of the run in progress
 _SYM: Dict[type, type] = {}  # state class -> its symbolic subclass
 _BASE: Dict[type, type] = {}
 # the State fields held whole, one slot each (a tuple of flags or of keys)
-_TOP = ("aborted_by_client", "failed_sessions", "prefill_dead", "prefill_lost")
+_TOP = ("aborted_by_client", "failed_sessions", "prefill_dead", "prefill_lost", "workers_dead")
 _MSG_FIELDS = tuple(f.name for f in attrs.fields(Msg))
 _STRUCTS = {"p": PrefillReq, "d": DecodeReq, "rooms": Room, "d_pages": Page,
             "d_slots": MetaSlot, "d_rooms": DRoom}

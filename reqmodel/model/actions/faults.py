@@ -1,5 +1,6 @@
 """Faults around requests: a prefill instance dies, or goes silent to
-decode's heartbeat, and decode's heartbeat thread declares it lost.
+decode's heartbeat, and decode's heartbeat thread declares it lost; a
+transfer worker thread raises out of its loop while its process runs on.
 
 A dead instance's processes take no step (``core._alive_gated``, on every
 action of a ``prefill.*`` process).  Decode learns of it only through its
@@ -20,9 +21,12 @@ from __future__ import annotations
 
 from typing import List
 
-from reqmodel.model.actions.core import Ctx, Effect, action, replace, set_d
+from reqmodel.model.actions.core import Ctx, Effect, Needs, PRANK_ARG, action, replace, set_d
 from reqmodel.model.actions.kvmanager import (d_room_of, names_instance, prefill_instance,
-                                              receiver_fail, served_with, set_d_room)
+                                              receiver_fail, room_of, served_with, set_d_room,
+                                              set_room, takes_chunks)
+from reqmodel.model.actions.transfer import dequeue_ranks, worker_of
+from reqmodel.model.actions.transport import consume, prank_args, prank_of, rank_msgs
 from reqmodel.model.state import DStage, KVPoll, MsgKind, PStage, State
 
 # the request statuses ``_handle_node_failure`` overwrites: a room in
@@ -208,3 +212,45 @@ def d_fetch_fails(c: Ctx, s: State, r: int, arg=()) -> Effect:
     for i in _pending(c, s, r):
         s = set_d(receiver_fail(c, s, i), i, receiver_state=KVPoll.Failed)
     return s, ()
+
+
+def _raising_ranks(c, s, r):
+    """Prefill ranks whose worker can take r's chunk for a known room with
+    decode's destinations: the part of the loop past its skip and
+    failed-session checks, where the sends run."""
+    return [q for q in dequeue_ranks(c, s, r) if takes_chunks(room_of(c, s, r, q))]
+
+
+def _worker_may_raise(c, s, r):
+    return bool(_raising_ranks(c, s, r))
+
+
+@action("transfer", guard=_worker_may_raise, needs=Needs(msgs={MsgKind.chunk}),
+        event="transfer_worker_dies",
+        choices=lambda c, s, r: prank_args(c, _raising_ranks(c, s, r)), arg_names=PRANK_ARG)
+def xfer_worker_raises(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """Prefill rank q's transfer worker raises while handling r's chunk, before
+    it submits the chunk's writes (an ``IndexError`` in ``set_transfer_blocks``
+    on an empty block list, a ``KeyError`` on ``decode_kv_args_table``: any
+    exception in the loop's body).  Every release catches it only to raise
+    ``RuntimeError("Transfer thread failed ... Prefill instance ... is dead")``
+    (mc 19:2000-2004, 20:2173-2177, 21:2423-2427, 22:2806-2812,
+    23:2878-2884) out of ``transfer_worker``, so the thread ends; it is a
+    plain ``threading.Thread`` (mc 19:259, 21:288, 23:358) and nothing in the
+    process watches it, so the scheduler, the bootstrap thread and the
+    server's ``/health`` run on and decode's heartbeat sees nothing.  The
+    chunk was dequeued and counted outstanding (mc 19:1670-1676) and is never
+    finished: no write, no status, no ``worker_done``.  0.5.22+ first poison
+    the room's deferred ack (mc 22:2808-2809, 23:2880-2881; cc 22:945-948).
+    Every later chunk on the worker's queue stays there (``State.workers_dead``
+    closes the queue: ``transfer._chunk_next``); its rooms wait for a timeout.
+    Writes submitted for earlier chunks have landed: a worker waits for its
+    batch before taking the next chunk (``batch_transfer_sync``)."""
+    q = prank_of(arg)
+    s = consume(s, rank_msgs(s, "chunk", r, q)[0])
+    room = room_of(c, s, r, q)
+    s = set_room(c, s, r, q=q, outstanding=room.outstanding + 1)
+    if c.release.poison_failed_rooms:
+        s = set_room(c, s, r, q=q, poisoned=True, ack_to=())
+    dead = tuple(sorted(set(s.workers_dead) | {worker_of(c, r, q)}))
+    return replace(s, workers_dead=dead), ()

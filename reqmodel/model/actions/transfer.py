@@ -38,10 +38,17 @@ def _worker_busy(c: Ctx, s: State, r: int, q: int) -> bool:
     return any(m.kind == "write" and _same_worker(c, m, r, q) for m in s.net)
 
 
+def worker_of(c: Ctx, r: int, q: int) -> Tuple[int, int]:
+    """The transfer worker that takes r's chunks on prefill rank q, as
+    ``State.workers_dead`` names it: (instance, rank)."""
+    return prefill_instance(c, r), q
+
+
 def _chunk_next(c: Ctx, s: State, r: int, q: int) -> bool:
-    """Prefill rank q's worker can take r's chunk: r's chunk is the oldest on
-    its queue and the worker has no write in flight."""
-    if _worker_busy(c, s, r, q):
+    """Prefill rank q's worker can take r's chunk: the worker's thread runs
+    (``State.workers_dead``), r's chunk is the oldest on its queue and the
+    worker has no write in flight."""
+    if (s.workers_dead and worker_of(c, r, q) in s.workers_dead) or _worker_busy(c, s, r, q):
         return False
     for m in s.net:
         if m.kind == "chunk" and _same_worker(c, m, r, q):
@@ -90,19 +97,19 @@ def _early_exit(c: Ctx, s: State, r: int, q: int) -> bool:
     return takes_chunks(room_of(c, s, r, q)) and session_listed(c, s, r, q)
 
 
-def _dequeue_ranks(c, s, r):
+def dequeue_ranks(c, s, r):
     """Prefill ranks whose worker can take r's chunk and write it (or skip
     it for a Failed or unknown room)."""
     return [q for q in _queued_ranks(c, s, r) if not _early_exit(c, s, r, q)]
 
 
 def _can_dequeue(c, s, r):
-    return bool(_dequeue_ranks(c, s, r))
+    return bool(dequeue_ranks(c, s, r))
 
 
 @action("transfer", guard=_can_dequeue,
         needs=Needs(msgs={MsgKind.chunk}),
-        choices=lambda c, s, r: prank_args(c, _dequeue_ranks(c, s, r)),
+        choices=lambda c, s, r: prank_args(c, dequeue_ranks(c, s, r)),
         arg_names=PRANK_ARG)
 def xfer_dequeue(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """Mooncake ``transfer_worker`` (mc 1645/1838/2080/2423/2488) takes the room's
