@@ -670,6 +670,21 @@ class Rig:
             rank.sched.waiting_queue.extend(got)
         self._every_prank(scan)
 
+    def p_resolve_waiting(self, r, params):
+        """``resolve_waiting_queue_bootstrap`` (pf 21:597-630) on every prefill
+        rank, on the stepped request alone: the real poll all-reduce, and a
+        Failed poll's real ``handle_bootstrap_failure`` or a finished
+        handshake's real ``finalize_bootstrap``."""
+        def scan(rank):
+            s = rank.sched
+            req = rank.req[r]
+            full, mine = self._only(s, "waiting_queue", lambda e: e is req)
+            try:
+                s.resolve_waiting_queue_bootstrap()
+            finally:
+                self._restore(s, "waiting_queue", full, mine)
+        self._every_prank(scan)
+
     def p_forward(self, r, params):
         for rank in self.P:
             self._forward(rank, r)
@@ -1307,7 +1322,8 @@ STEPS = ("p_intake", "d_intake", "p_door", "d_door", "d_prealloc", "p_recv_metad
          "p_req_waiting_timeout", "xfer_fail", "xfer_stray_lands", "d_retract", "d_resume",
          "d_waiting_timeout", "d_prealloc_splits", "d_handshake", "xfer_session_failed",
          "p_probe_failed_sessions", "d_drop_late_status", "p_dies", "d_node_failure",
-         "d_heartbeat_lost", "d_fetch_prefill_info", "d_fetch_fails", "xfer_worker_raises")
+         "d_heartbeat_lost", "d_fetch_prefill_info", "d_fetch_fails", "xfer_worker_raises",
+         "p_resolve_waiting")
 
 
 def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
