@@ -10,7 +10,7 @@ from reqmodel.engines import exhaustive
 from reqmodel.model import processes, properties, releases, scenario
 from reqmodel.model.actions import BY_NAME, Ctx, Step, apply, enabled, initial_state, successors
 from reqmodel.model.actions.core import why_not
-from reqmodel.model.state import DStage, KVPoll, MsgKind, State
+from reqmodel.model.state import KVPoll, MsgKind, State
 from reqmodel.traces import order
 
 # one prefill instance (shared transfer queues) serving both requests
@@ -229,6 +229,9 @@ def test_the_checker_finds_a_step_of_a_dead_worker(monkeypatch):
     assert steps[-1].action == "xfer_worker_raises"
     steps.append(Step("xfer_dequeue", 1))
     assert exhaustive.replay(rel, sc, steps)[2] == len(steps) - 1  # the gate holds it
+    assert "raised at an earlier step" in why_not(Ctx(release=rel, scenario=sc),
+                                                  exhaustive.replay(rel, sc, steps)[0][-1],
+                                                  steps[-1])
     monkeypatch.setattr(transfer, "worker_of", lambda c, r, q: (99, q))
     bad = order.check(rel, sc, steps)
     assert [(v.step, v.due_since) for v in bad] == [(len(steps), len(steps) - 1)]

@@ -245,6 +245,11 @@ _STEPS: Dict[str, Dict[Optional[str], Tuple[str, ...]]] = {
     # the prefill instance as a whole: its death stops every prefill process
     "prefill.instance": {None: ("p_dies",)},
 }
+# the transfer worker's steps that are the NIC's, not its thread's: a write
+# the worker gave up on lands whenever it lands, whether or not the thread
+# still runs
+NIC_STEPS = ("xfer_stray_lands",)
+
 _PROCESS: Dict[str, Tuple[str, Optional[str]]] = {
     a: (proc, phase) for proc, by_phase in _STEPS.items()
     for phase, names in by_phase.items() for a in names}

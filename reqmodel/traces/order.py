@@ -215,11 +215,6 @@ def _dead_steps(states: Sequence[State], steps: Sequence[Step]) -> List[OrderVio
     return found
 
 
-# the transfer worker's steps that are the NIC's, not the thread's: a write
-# the worker gave up on lands whenever it lands
-_NIC_STEPS = ("xfer_stray_lands",)
-
-
 def _dead_worker_steps(states: Sequence[State], steps: Sequence[Step]) -> List[OrderViolation]:
     """Steps of a transfer worker whose thread had ended (``xfer_worker_raises``),
     read off the state: the worker of request r on prefill rank q is
@@ -232,7 +227,7 @@ def _dead_worker_steps(states: Sequence[State], steps: Sequence[Step]) -> List[O
             for r in (range(len(before.p)) if inst < 0 else (inst,)):
                 died.setdefault((r, q), j - 1)
         if (processes.process_of(step.action) == "prefill.transfer_worker"
-                and step.action not in _NIC_STEPS):
+                and step.action not in processes.NIC_STEPS):
             key = (step.rid, prank_of(step.arg))
             if key in died:
                 found.append(OrderViolation(
