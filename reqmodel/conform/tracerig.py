@@ -675,15 +675,7 @@ class Rig:
         rank, on the stepped request alone: the real poll all-reduce, and a
         Failed poll's real ``handle_bootstrap_failure`` or a finished
         handshake's real ``finalize_bootstrap``."""
-        def scan(rank):
-            s = rank.sched
-            req = rank.req[r]
-            full, mine = self._only(s, "waiting_queue", lambda e: e is req)
-            try:
-                s.resolve_waiting_queue_bootstrap()
-            finally:
-                self._restore(s, "waiting_queue", full, mine)
-        self._every_prank(scan)
+        self._prefill_scan(r, "waiting_queue", lambda s: s.resolve_waiting_queue_bootstrap())
 
     def p_forward(self, r, params):
         for rank in self.P:
@@ -733,14 +725,21 @@ class Rig:
             rank.sched.process_batch_result_disagg_prefill(batch, result)
 
     def p_inflight(self, r, params):
+        self._prefill_scan(r, "disagg_prefill_inflight_queue",
+                           lambda s: s.process_disagg_prefill_inflight_queue())
+
+    def _prefill_scan(self, r, attr, run):
+        """A scan of one of prefill's scheduler queues (``attr``), ``run`` on
+        the scheduler of every prefill rank at once, on the stepped request
+        alone (``_only``)."""
         def scan(rank):
             s = rank.sched
             req = rank.req[r]
-            full, mine = self._only(s, "disagg_prefill_inflight_queue", lambda e: e is req)
+            full, mine = self._only(s, attr, lambda e: e is req)
             try:
-                s.process_disagg_prefill_inflight_queue()
+                run(s)
             finally:
-                self._restore(s, "disagg_prefill_inflight_queue", full, mine)
+                self._restore(s, attr, full, mine)
         self._every_prank(scan)
 
     def _prank(self, params) -> PrefillRank:
@@ -1250,12 +1249,12 @@ class Rig:
             out["d"].append(self._d_view(r))
             if several:
                 out["d_ranks"].append([rank.stage(r) for rank in self.D])
-            rooms = [kvadapter.poll_name(rank.mgr.request_status.get(self.rooms[r]))
-                     for rank in self.P]
+            room = self.rooms[r]
+            rooms = [kvadapter.poll_name(rank.mgr.request_status.get(room)) for rank in self.P]
             out["p_room"].append(rooms[0] if len(rooms) == 1 else rooms)
             # _staging_outstanding and _deferred_ack_poisoned_rooms (0.5.22+)
-            drain = [[rank.mgr._staging_outstanding.get(self.rooms[r], 0),
-                      self.rooms[r] in getattr(rank.mgr, "_deferred_ack_poisoned_rooms", ())]
+            drain = [[rank.mgr._staging_outstanding.get(room, 0),
+                      room in getattr(rank.mgr, "_deferred_ack_poisoned_rooms", ())]
                      for rank in self.P]
             out["p_drain"].append(drain[0] if len(drain) == 1 else drain)
             # the scans act on the MIN over the ranks of the entries they

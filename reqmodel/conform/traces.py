@@ -60,11 +60,11 @@ def project(state, decode_ranks: int = 1) -> Dict[str, Any]:
                          "crashed": d.crashed})
         # with several prefill ranks: each rank's entry, and each rank's
         # heads of every decode page
-        rooms = [_poll(state.rooms[state.room_index(r, q)].status) for q in range(ranks)]
+        mine = [state.rooms[state.room_index(r, q)] for q in range(ranks)]
+        rooms = [_poll(x.status) for x in mine]
         out["p_room"].append(rooms[0] if ranks == 1 else rooms)
         # what the drain ack waits on: chunks counted outstanding, the poison
-        drain = [[x.outstanding, x.poisoned]
-                 for x in (state.rooms[state.room_index(r, q)] for q in range(ranks))]
+        drain = [[x.outstanding, x.poisoned] for x in mine]
         out["p_drain"].append(drain[0] if ranks == 1 else drain)
         out["d_room"].append(_poll(state.d_rooms[state.room_slot(r)].status))
     out["writers"] = [pg.writer if ranks == 1 else list(pg.writers) for pg in state.d_pages]

@@ -385,10 +385,10 @@ def why_not(ctx: Ctx, s: State, step: Step) -> str:
                 f"{processes.process_of(a.name)} takes no step")
     if (s.workers_dead and processes.process_of(a.name) == "prefill.transfer_worker"
             and a.name not in processes.NIC_STEPS):
-        from reqmodel.model.actions.transfer import worker_of
+        from reqmodel.model.actions.transfer import worker_dead
         from reqmodel.model.actions.transport import prank_of
         q = prank_of(step.arg)
-        if worker_of(ctx, r, q) in s.workers_dead:
+        if worker_dead(ctx, s, r, q):
             return (f"the transfer worker that takes request {r}'s chunks on prefill rank {q} "
                     "raised at an earlier step: its thread takes no step")
     gate = getattr(a.guard, "loop_phase", None)

@@ -44,11 +44,17 @@ def worker_of(c: Ctx, r: int, q: int) -> Tuple[int, int]:
     return prefill_instance(c, r), q
 
 
+def worker_dead(c: Ctx, s: State, r: int, q: int) -> bool:
+    """The thread of the worker that takes r's chunks on rank q has ended
+    (``faults.xfer_worker_raises``)."""
+    return bool(s.workers_dead) and worker_of(c, r, q) in s.workers_dead
+
+
 def _chunk_next(c: Ctx, s: State, r: int, q: int) -> bool:
     """Prefill rank q's worker can take r's chunk: the worker's thread runs
-    (``State.workers_dead``), r's chunk is the oldest on its queue and the
-    worker has no write in flight."""
-    if (s.workers_dead and worker_of(c, r, q) in s.workers_dead) or _worker_busy(c, s, r, q):
+    (``worker_dead``), r's chunk is the oldest on its queue and the worker has
+    no write in flight."""
+    if worker_dead(c, s, r, q) or _worker_busy(c, s, r, q):
         return False
     for m in s.net:
         if m.kind == "chunk" and _same_worker(c, m, r, q):
