@@ -115,6 +115,23 @@ ESTABLISHED = {
     ("abort-released-without-timeout", "transfer-worker-dies-abort"):
         ["H", "H", "F23", "F23", "F23"],
     ("answered-without-timeout", "transfer-worker-dies-abort"): ["F19", "F19", "F19", "F19", "F19"],
+    # ... one request, timeouts on: decode's waiting timeout fails it and
+    # sends prefill the ABORT, which ends prefill's wait (it has no timeout
+    # past the bootstrap queue): every wait ends (notes/liveness.md); the
+    # timeouts' own cells are those of the other timeout scenarios
+    # (transfer-status-monotone: 0.5.19's update_status revives a Failed room;
+    # room-state-released: notes/verdicts.md, "A transfer worker raises")
+    ("every-wait-bounded", "transfer-worker-dies-alone"): ["H", "H", "H", "H", "H"],
+    ("answered-without-timeout", "transfer-worker-dies-alone"): ["F10", "F10", "F10", "F10", "F10"],
+    ("transfer-status-monotone", "transfer-worker-dies-alone"): ["F7", "H", "H", "H", "H"],
+    ("room-state-released", "transfer-worker-dies-alone"): ["F11", "F11", "F12", "F12", "F12"],
+    ("no-foreign-kv-read", "transfer-worker-dies-alone"): ["H", "H", "H", "H", "H"],
+    ("valid-request-completes", "transfer-worker-dies-alone"): ["R16", "R16", "R16", "R16", "R16"],
+    # every wait the model reaches ends by own steps or a timeout, faults and
+    # timeouts fired included (the scenarios that let timeouts fire)
+    **{("every-wait-bounded", sc): ["H", "H", "H", "H", "H"] for sc in (
+        "inflight-reuse", "late-result", "two-rank-abort", "incident", "transfer-worker-dies",
+        "prefill-dies", "prefill-silent", "req-waiting-timeout")},
     ("no-foreign-kv-read", "inflight-reuse"): ["F27", "F27", "F28", "F28", "F28"],
     # ... with MC_TRANSFER_TIMEOUT above the deferral timeout: the same cells,
     # but on 0.5.21+ the write is already running when the client aborts
@@ -451,6 +468,10 @@ MUTANT_CELLS = {
     # decode's prealloc scan drops every request and tells prefill nothing:
     # prefill waits for its 300 s bootstrap timeout on two valid requests
     ("drop-every-prealloc", "answered-without-timeout", "two-valid"): "F",
+    # decode's waiting timeout tells prefill nothing: after it, prefill's
+    # request waits in the inflight queue for a chunk a dead worker took,
+    # with no timeout armed (prefill has none past the bootstrap queue)
+    ("silent-waiting-timeout", "every-wait-bounded", "transfer-worker-dies-alone"): "F",
     # 0.5.23 without 0.5.20's abort check on the final result: the retired
     # request's late result reaches release_kv_cache's assertion
     ("unchecked-final-result", "no-scheduler-crash", "late-result-unit"): "F",

@@ -172,6 +172,64 @@ def lasso_by_definition(states, edges, pending):
                           liveness._fair_cycle(entry, members, edges, enabled_at))
 
 
+def unbounded_by_definition(states, edges, goal, pending, armed):
+    """AG EF goal through own steps and the timeouts a state arms: the least
+    state that waits, cannot reach its goal by own steps, and from which own
+    steps reach no state with a timeout armed (every such state is in a
+    bottom component with none armed, and the first one is)."""
+    n = len(states)
+    g = _own_graph(n, edges)
+    cond = nx.condensation(g)
+    bottom = {v for c in cond if cond.out_degree(c) == 0 for v in cond.nodes[c]["members"]}
+    best = None
+    for r in range(2):
+        goals = {v for v in range(n) if goal(states[v], r)}
+        can = goals.union(*(nx.ancestors(g, v) for v in goals))
+        for v in range(n):
+            ahead = nx.descendants(g, v) | {v}
+            if (v not in can and v in bottom and pending(states[v], r)
+                    and not any(armed(states[u]) for u in ahead)):
+                if best is None or v < best[0]:
+                    best = (v, r)
+                break
+    return best
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.integers(2, 12).flatmap(lambda n: st.tuples(
+    st.lists(st.tuples(st.booleans(), st.booleans()), min_size=n, max_size=n),
+    st.lists(st.booleans(), min_size=n, max_size=n),
+    st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1),
+                       st.sampled_from(STEPS), st.integers(0, 1)), max_size=4 * n))))
+def test_the_bounded_wait_analysis_agrees_with_its_definition_on_random_graphs(case):
+    marks, armed, arcs = case
+    states = [Two(w) for w in marks]
+    edges = liveness.Edges()
+    for u, v, action, rid in [(0, 1, "p_forward", 0)] + arcs:
+        edges.add(u, v, Step(action, rid), not BY_NAME[action].environment)
+    goal = lambda s, r: not s.waits[r]  # noqa: E731
+    pending = lambda s, r: s.waits[r]  # noqa: E731
+    is_armed = dict(zip(map(id, states), armed))
+    arm = lambda s: is_armed[id(s)]  # noqa: E731
+    assert liveness.first_unbounded(states, edges, goal, pending, arm) == \
+        unbounded_by_definition(states, edges, goal, pending, arm)
+
+
+def test_a_wait_a_timeout_ends_is_bounded_and_one_after_it_is_asked_too():
+    # 0 waits; own steps lead nowhere; a timeout armed at 0 fires to 1, which
+    # still waits with nothing armed: 0 is bounded, 1 is not (though reached
+    # only through a timeout, which answered-without-timeout does not ask)
+    states = [Fake("s0", True), Fake("s1", True), Fake("s2", False)]
+    e = graph(states, [(0, 1, "d_waiting_timeout")])
+    armed = lambda s: s.name == "s0"  # noqa: E731
+    goal = lambda s, r: not s.waits  # noqa: E731
+    assert liveness.first_unbounded(states, e, goal, waits, armed) == (1, 0)
+    assert liveness.first_stuck(states, e, goal, waits).path == (0,)
+    # an own step from 1 to an answer: bounded everywhere
+    e = graph(states, [(0, 1, "d_waiting_timeout"), (1, 2, "p_inflight")])
+    assert liveness.first_unbounded(states, e, goal, waits, armed) is None
+
+
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(st.integers(2, 12).flatmap(lambda n: st.tuples(
     st.lists(st.tuples(st.booleans(), st.booleans()), min_size=n, max_size=n),
@@ -351,6 +409,49 @@ def test_a_bad_loop_index_is_one_line(tmp_path):
     r = run("replay", str(path))
     assert r.returncode == 2 and "'loop' must be the index" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+EWB = properties.CATALOG["every-wait-bounded"]
+
+
+@pytest.mark.parametrize("release", releases.NAMES)
+def test_a_dead_transfer_worker_s_wait_ends_by_a_timeout_on_every_release(release):
+    """Decode's waiting timeout fails the request and sends prefill the
+    room's ABORT, which is what ends prefill's wait: every release holds."""
+    assert verdict(release, "transfer-worker-dies-alone", EWB).verdict == "holds"
+    assert verdict(release, "transfer-worker-dies-alone", AWT).verdict == "violated"
+
+
+def test_a_waiting_timeout_that_tells_prefill_nothing_leaves_it_waiting_for_good(tmp_path):
+    v = verdict("silent-waiting-timeout", "transfer-worker-dies-alone", EWB)
+    assert v.verdict == "violated" and v.trace.rid == 0
+    steps = [st.action for st in v.trace.steps]
+    assert steps[-3:] == ["d_waiting_timeout", "d_transferred", "xfer_worker_raises"]
+    last = v.trace.states[-1]
+    ctx = Ctx(mutants.MUTANTS["silent-waiting-timeout"],
+              scenario.builtin("transfer-worker-dies-alone"))
+    # the deadlock form, which the engines without a graph check, sees it too
+    assert not EWB.partial(ctx, last) and AWT.partial(ctx, last)
+    path = tmp_path / "ewb.itf.json"
+    itf.write(path, v.trace, scenario.builtin("transfer-worker-dies-alone"))
+    assert json.loads(path.read_text())["#meta"]["waits_at"] == {"prefill": "INFLIGHT",
+                                                                 "decode": "GONE"}
+    out = rp.run(rp.load(path, release="silent-waiting-timeout"))
+    assert out.violated and out.violated_at == 12
+    # on the real code the timeout sends the ABORT: prefill can still answer
+    out = rp.run(rp.load(path, release="0.5.20"))
+    assert out.first_disabled_step is None and not out.violated
+    r = run("show", str(path))
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())
+    assert "r0 has a client that waits for good (prefill INFLIGHT, decode GONE)" in text
+    assert "no timeout is armed (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT only while" in text
+
+
+def test_every_timeout_says_when_its_clock_runs():
+    timed = [a for a in ACTIONS if a.timeout]
+    assert timed and all(a.armed.startswith("while ") for a in timed)
+    assert not any(a.armed for a in ACTIONS if not a.timeout)
 
 
 # ----------------------------------- engines that see no graph: partial forms

@@ -946,6 +946,30 @@ class Rig:
         entry.kv_receiver.init_time = time.time() - 3600.0
         entry.kv_receiver.poll()
 
+    def p_bootstrap_timeout(self, r, params):
+        """Each prefill rank's sender of the request still Bootstrapping waits
+        past ``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT``: its real ``poll()``
+        with the sender's start an hour back (``_check_bootstrap_timeout``
+        records the failure and sets the room Failed).  In the code that poll
+        is the bootstrap queue's scan, which handles the Failed in the same
+        call; the model latches it on the sender until its ``pop_bootstrapped``
+        step, and so does the rig (the sender's ``conclude_state``), for a
+        request still in the bootstrap queue."""
+        from sglang.srt.disaggregation.base import KVPoll as RealPoll
+        for rank in self.P:
+            req = rank.req[r]
+            sender = req.disagg_kv_sender
+            if sender is None or sender.conclude_state is not None:
+                continue
+            if rank.mgr.check_status(self.rooms[r]) != RealPoll.Bootstrapping:
+                continue
+            sender.init_time = time.time() - 3600.0
+            got = sender.poll()
+            if got != RealPoll.Failed:
+                raise Diverged(f"the sender's poll after its bootstrap timeout gave {got}")
+            if req in rank.sched.disagg_prefill_bootstrap_queue.queue:
+                sender.conclude_state = RealPoll.Failed
+
     def p_req_waiting_timeout(self, r, params):
         """``_poll_timeout_aborts`` hands this worker's own ``abort_request``
         an AbortReq with the timeout's message (sch 21:3379-3401)."""
@@ -1318,7 +1342,7 @@ STEPS = ("p_intake", "d_intake", "p_door", "d_door", "d_prealloc", "p_recv_metad
          "xfer_write", "d_recv_status", "d_transferred", "d_attend", "d_respond",
          "p_abort", "d_abort", "p_recv_abort", "d_recv_ack", "d_poll_popped_room",
          "d_unexpected_poll", "p_unexpected_poll", "d_prealloc_drop", "d_deferred_timeout",
-         "p_req_waiting_timeout", "xfer_fail", "xfer_stray_lands", "d_retract", "d_resume",
+         "p_bootstrap_timeout", "p_req_waiting_timeout", "xfer_fail", "xfer_stray_lands", "d_retract", "d_resume",
          "d_waiting_timeout", "d_prealloc_splits", "d_handshake", "xfer_session_failed",
          "p_probe_failed_sessions", "d_drop_late_status", "p_dies", "d_node_failure",
          "d_heartbeat_lost", "d_fetch_prefill_info", "d_fetch_fails", "xfer_worker_raises",

@@ -414,6 +414,12 @@ def _graph_verdict(ctx: Ctx, p: Property, states, parent, edges, canon) -> Verdi
         trace = attrs.evolve(trace, rid=stuck.rid, ends_by=liveness.ends_by(
             ctx, states, edges, stuck.path[-1], stuck.rid))
         return Verdict(p.name, p.kind, "violated", trace)
+    if p.kind == Kind.BOUNDED:
+        bad = liveness.first_unbounded(states, edges, p.goal, p.pending, liveness.armed_in(ctx))
+        if bad is None:
+            return Verdict(p.name, p.kind, "holds")
+        trace = concretize(ctx, p, _path(bad[0], parent), states, canon, None, "stuck")
+        return Verdict(p.name, p.kind, "violated", attrs.evolve(trace, rid=bad[1]))
     lasso = liveness.first_lasso(states, edges, p.pending)
     if lasso is None:
         return Verdict(p.name, p.kind, "holds")

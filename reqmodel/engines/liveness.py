@@ -1,6 +1,7 @@
-"""Liveness on the explored graph: ``always-possibly`` (AG EF) and
-``eventually`` (no fair cycle) properties, decided on the edges the
-exhaustive engine records while it explores, not by a second search.
+"""Liveness on the explored graph: ``always-possibly`` (AG EF), ``bounded``
+(AG EF through own steps and timeouts) and ``eventually`` (no fair cycle)
+properties, decided on the edges the exhaustive engine records while it
+explores, not by a second search.
 
 The steps that count are the deployment's own (``Action.own``: not an
 environment step, or one that follows from an earlier one): a timeout, a client abort, a transfer failure, a retraction or a pause
@@ -22,7 +23,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import attrs
 
-from reqmodel.model.actions import ACTIONS, BY_NAME, Ctx, Step, enabled, successors
+from reqmodel.model.actions import BY_NAME, Ctx, Step, armed_timeouts, enabled, successors
 
 
 @attrs.define
@@ -202,14 +203,57 @@ def first_stuck(states: Sequence, edges: Edges, goal, pending) -> Optional[Stuck
     return Stuck(best[1], _path_to(order[best[0]], parent))
 
 
-def _bottom(own: _Own) -> np.ndarray:
+def _bottom(own: _Own, comp: Optional[np.ndarray] = None) -> np.ndarray:
     """Per state: it lies in a bottom strongly connected component of the
-    own-step graph (no own step leads out of the component)."""
-    comp = _components(own.graph)
+    own-step graph (no own step leads out of the component); ``comp``, the
+    components' labels when the caller has them."""
+    comp = _components(own.graph) if comp is None else comp
     leaves = np.ones(comp.max() + 1, dtype=bool)
     out = comp[own.src] != comp[own.dst]
     leaves[comp[own.src[out]]] = False
     return leaves[comp]
+
+
+def first_unbounded(states: Sequence, edges: Edges, goal, pending, armed
+                    ) -> Optional[Tuple[int, int]]:
+    """The first reachable state (by any steps: timeouts, faults and the
+    client's too; the least state id, so a shallowest one) in which some
+    request waits and nothing ends its wait: the deployment's own steps
+    cannot reach its goal, none leads out of where it is (a bottom component
+    of the own-step graph), and no timeout is armed on any state of it
+    (``armed(state)``: whether the scenario lets the timeout fire or not,
+    :func:`armed_in`).
+    A component with no armed timeout has no timeout edge either, so this is
+    AG EF goal through own steps and timeouts; a timeout the scenario does
+    not explore is taken to end the wait, so the analysis never calls a wait
+    unbounded on a timeout it did not follow.  As (state id, request), or
+    None."""
+    n = len(states)
+    own = _Own.of(n, edges)
+    comp = _components(own.graph)
+    bottom = _bottom(own, comp)
+    known: Dict[int, bool] = {}  # per state id: some timeout is armed there
+    best: Optional[Tuple[int, int]] = None
+    for r in range(len(states[0].p)):
+        goals = np.fromiter((v for v in range(n) if goal(states[v], r)), dtype=np.int64)
+        cand = np.flatnonzero(~_reached(n, own.dst, own.src, goals) & bottom).tolist()
+        if not cand:
+            continue
+        # a bottom component that cannot reach the goal lies whole in ``cand``
+        for v in cand:
+            if v not in known:
+                known[v] = bool(armed(states[v]))
+        ends = np.zeros(int(comp.max()) + 1, dtype=bool)
+        np.logical_or.at(ends, comp[cand], np.array([known[v] for v in cand], dtype=bool))
+        bad = next((v for v in cand if not ends[comp[v]] and pending(states[v], r)), None)
+        if bad is not None and (best is None or bad < best[0]):
+            best = (bad, r)
+    return best
+
+
+def armed_in(ctx: Ctx):
+    """Per concrete state: some timeout is armed there (``armed_timeouts``)."""
+    return lambda s: any(True for _ in armed_timeouts(ctx, s))
 
 
 def first_lasso(states: Sequence, edges: Edges, pending) -> Optional[Lasso]:
@@ -334,30 +378,28 @@ def ends_by(ctx: Ctx, states: Sequence, edges: Edges, start: int, rid: int
     own = _Own.of(len(states), edges)
     found = set()
     for v in np.flatnonzero(_reached(own.n, own.src, own.dst, np.array([start]))).tolist():
-        s = states[v]
-        if s.halted():  # nothing moves after a crash
-            continue
-        for a in ACTIONS:
-            if a.timeout is None:
-                continue
-            for r in range(len(s.p)):
-                if a.guard(ctx, s, r):
-                    found.add((a.name, r, a.timeout, ctx.timeout_seconds(a)))
+        for a, r in armed_timeouts(ctx, states[v]):
+            found.add((a.name, r, a.timeout, ctx.timeout_seconds(a)))
     return tuple(sorted(found, key=lambda t: (t[1] != rid, t[3], t[0], t[1])))
 
 
 # ------------------------------------------------------- replay on one state
 
 
-def can_answer(ctx: Ctx, s, rid: int, goal, max_states: int = 200_000) -> Optional[bool]:
+def can_answer(ctx: Ctx, s, rid: int, goal, max_states: int = 200_000,
+               timeouts: bool = False) -> Optional[bool]:
     """Whether request ``rid`` can still reach its goal from concrete state
     ``s`` through own steps (a search of its own, without symmetry); None
-    when more than ``max_states`` states would have to be visited."""
+    when more than ``max_states`` states would have to be visited.  With
+    ``timeouts``, a timeout armed on a state own steps reach counts as an end
+    of the wait too (as in :func:`first_unbounded`)."""
     seen = {s}
     stack = [s]
     while stack:
         u = stack.pop()
         if goal(u, rid):
+            return True
+        if timeouts and any(True for _ in armed_timeouts(ctx, u)):
             return True
         for step, v, _ in successors(ctx, u):
             if not BY_NAME[step.action].own(ctx, u, step.rid) or v in seen:

@@ -17,7 +17,7 @@ from typing import Callable, Dict, Tuple
 
 from reqmodel.model import guards as g
 from reqmodel.model import events as ev
-from reqmodel.model.actions import Ctx, enabled
+from reqmodel.model.actions import Ctx, armed_timeouts, enabled
 # what a property is; re-exported here, where the engines have always read it
 from reqmodel.model.property import WAITS, Every, Kind, Property, every  # noqa: F401
 from reqmodel.model.releases import Release
@@ -483,6 +483,26 @@ prop(
          "(every step that stays enabled is eventually taken) while a request's client waits.",
     goal=settled, pending=waiting,
     partial_note="a lasso needs the whole state graph",
+)
+
+
+def _unbounded(ctx: Ctx, s: State) -> bool:
+    """Some request's client waits, nothing the deployment does on its own
+    can move, and no timeout is armed (whether the scenario lets it fire or
+    not): the deadlock form of ``every-wait-bounded``."""
+    return deadlocked(ctx, s) and not any(True for _ in armed_timeouts(ctx, s))
+
+
+prop(
+    name="every-wait-bounded", kind="bounded", ref="L3",
+    gate="lifetime", on_violation="fail",
+    text="From every reachable state (after timeouts, faults and client aborts too), every "
+         "request whose client waits can still be answered through the deployment's own steps "
+         "or a timeout: no request waits where no step and no armed timeout can end the wait.",
+    goal=settled, pending=waiting, partial=lambda ctx, s: not _unbounded(ctx, s),
+    partial_note="checked only in its deadlock form (a request unanswered with nothing able to "
+                 "move and no timeout armed); the AG EF form needs the whole state graph",
+    stuck="has a client that waits for good",
 )
 
 # ------------------------------------------------------------ reachability

@@ -24,6 +24,10 @@ class Kind(enum.StrEnum):
     # deployment's own steps (no timeout, no step the environment chooses):
     # AG EF goal, per request: from every reachable state the goal can still be reached
     ALWAYS_POSSIBLY = "always-possibly"
+    # AG EF goal through the deployment's own steps and its timeouts: no
+    # reachable state leaves a request waiting where nothing, not even a
+    # timeout, can end the wait
+    BOUNDED = "bounded"
     # under weak fairness per scheduler step: no cycle of such steps runs
     # forever while the goal is not reached
     EVENTUALLY = "eventually"
@@ -31,7 +35,7 @@ class Kind(enum.StrEnum):
     @property
     def on_graph(self) -> bool:
         """Decided on the whole reachable graph, not on states or steps alone."""
-        return self in (Kind.ALWAYS_POSSIBLY, Kind.EVENTUALLY)
+        return self in (Kind.ALWAYS_POSSIBLY, Kind.BOUNDED, Kind.EVENTUALLY)
 
 
 WAITS = "has a client that waits"

@@ -91,6 +91,11 @@ class Release:
     # worker's own abort_request (0.5.20+); 0.5.19's ``_abort_on_waiting_timeout``
     # runs only in get_next_batch_to_run, which neither PD loop calls
     req_waiting_timeout: bool
+    # decode's waiting timeout sends the room's ABORT to prefill
+    # (``_check_waiting_timeout`` -> ``_send_abort_notification``, cc 19:1612-1618,
+    # 20:1840-1846, 21:1999-2005, 22:2518-2524, 23:2905-2911): without it a
+    # prefill whose transfer stalled is never told, and has no timeout of its own
+    waiting_timeout_notifies: bool
     # the timeouts' defaults in seconds, by the environment variable that
     # sets them (each timeout action names its variable)
     timeouts: Tuple[Tuple[str, float], ...]
@@ -132,6 +137,7 @@ R0519 = Release(
     requeue_spends_attempt=True,
     handshake_polls_waiting=False,
     req_waiting_timeout=False,
+    waiting_timeout_notifies=True,
     timeouts=(("SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", 300),  # env 19:656
               ("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", 300),  # env 19:660
               ("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT", 30.0)),  # env 19:673

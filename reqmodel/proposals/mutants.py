@@ -12,7 +12,7 @@ from typing import Dict
 import attrs
 
 from reqmodel.model import guards as g
-from reqmodel.model.releases import R0521, R0522, R0523, Release
+from reqmodel.model.releases import R0520, R0521, R0522, R0523, Release
 
 
 def naive_prefill_door(req) -> bool:
@@ -66,6 +66,13 @@ MUTANTS: Dict[str, Release] = {
     # told and waits for its bootstrap timeout (answered-without-timeout's)
     "drop-every-prealloc": attrs.evolve(R0521, name="drop-every-prealloc",
                                         prealloc_scan=drop_every_prealloc),
+    # a decode whose waiting timeout fails the room without sending prefill
+    # its ABORT: a prefill request whose chunk sits with a dead transfer
+    # worker then waits in the inflight queue with no timeout of its own
+    # (prefill's only one is the bootstrap timeout): every-wait-bounded's
+    # record; every real release notifies (cc 19:1612-1618 ... 23:2905-2911)
+    "silent-waiting-timeout": attrs.evolve(R0520, name="silent-waiting-timeout",
+                                           waiting_timeout_notifies=False),
     # 0.5.23 with 0.5.19's final-result handling, no abort check: the late
     # final result of a request retired at the door puts it (no KV any more)
     # in the inflight queue, whose Failed path calls release_kv_cache

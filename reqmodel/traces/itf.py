@@ -137,6 +137,11 @@ def to_itf(trace, scenario: Scenario, engine: str = "exhaustive",
     if trace.violation == "stuck":
         live["ends_by"] = [{"action": a, "request": r, "env": env, "seconds": sec}
                            for a, r, env, sec in trace.ends_by]
+        if trace.rid is not None and not trace.ends_by:
+            # where the request waits for good: its stage on each worker
+            last = trace.states[-1]
+            live["waits_at"] = {"prefill": last.p[trace.rid].stage.name,
+                                "decode": last.d[trace.rid].stage.name}
     out = {
         "#meta": {
             "format": FORMAT,

@@ -15,8 +15,8 @@ import attrs
 
 from reqmodel.model import events as ev
 from reqmodel.model import processes
-from reqmodel.model.actions import BY_NAME, Event, Step
-from reqmodel.model.properties import CATALOG, WAITS
+from reqmodel.model.actions import ACTIONS, BY_NAME, Event, Step
+from reqmodel.model.properties import CATALOG, WAITS, Kind
 from reqmodel.model.state import Finish, KVPoll, Msg, State
 
 LANES = {"client": "Client", "prefill": "Prefill", "transfer": "Transfer", "decode": "Decode"}
@@ -224,6 +224,13 @@ def liveness_lines(meta: dict, rs: Sequence[Row] = ()) -> List[str]:
         return [f"lasso: the steps after state {meta['loop']} return to it and repeat "
                 f"forever{who}; r{rid}'s client waits on every turn"]
     prop = CATALOG.get(meta.get("property", ""))
+    if prop is not None and prop.kind is Kind.BOUNDED:
+        at = meta.get("waits_at") or {}
+        where = (f" (prefill {at['prefill']}, decode {at['decode']})"
+                 if {"prefill", "decode"} <= set(at) else "")
+        armed = "; ".join(f"{a.timeout} only {a.armed}" for a in ACTIONS if a.timeout)
+        return [f"r{rid} {prop.stuck}{where} from the last state on: nothing the deployment "
+                f"does on its own ends the wait, and no timeout is armed ({armed})"]
     if prop is not None and prop.stuck != WAITS:
         ends = ends_text(meta) if meta.get("ends_by") else "no timeout of the model applies: for good"
         return [f"r{rid} {prop.stuck} from the last state on: nothing the deployment does on its "

@@ -156,5 +156,7 @@ def _liveness_violated(loaded: Loaded, states) -> bool:
         return any(all(p.pending(s, r) for s in cycle)
                    and liveness.cycle_is_fair(ctx, cycle, loaded.steps[loop:]) for r in rids)
     last = states[-1]
-    return any(p.pending(last, r) and liveness.can_answer(ctx, last, r, p.goal) is False
+    timeouts = p.kind == Kind.BOUNDED
+    return any(p.pending(last, r)
+               and liveness.can_answer(ctx, last, r, p.goal, timeouts=timeouts) is False
                for r in rids)

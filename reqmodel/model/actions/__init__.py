@@ -32,8 +32,9 @@ from reqmodel.model.actions import (intake, prefill, transfer, decode, client, t
                                    ranks, handshake, faults)  # (registers)
 from reqmodel.model.actions import drelease, kvmanager, req, transport  # noqa: F401
 from reqmodel.model.actions.core import (ACTIONS, BY_NAME, CHANNEL_ARG, PRANK_ARG, RANK_ARG, Action,
-                                         Ctx, Effect, Event, Step, action, apply, enabled,
-                                         initial_state, successors)
+                                         Ctx, Effect, Event, Step, action, apply, armed_timeouts,
+                                         enabled, initial_state, successors)
 
 __all__ = ["ACTIONS", "BY_NAME", "CHANNEL_ARG", "PRANK_ARG", "RANK_ARG", "Action", "Ctx", "Effect",
-           "Event", "Step", "action", "apply", "enabled", "initial_state", "successors"]
+           "Event", "Step", "action", "apply", "armed_timeouts", "enabled", "initial_state",
+           "successors"]

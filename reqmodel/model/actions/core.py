@@ -159,6 +159,9 @@ class Action:
     # declaring a dead prefill lost); elsewhere it is no candidate and in no
     # sampling schedule, as for a release without it
     scenarios: Optional[Callable[[Scenario], bool]] = None
+    # a timeout: when its clock runs, in words ("while ..."), for a
+    # counterexample that says why no timeout ends a wait
+    armed: str = ""
 
     def on(self, release) -> bool:
         """The step exists in ``release``'s code."""
@@ -251,7 +254,7 @@ def action(actor: str, guard: Callable, choices: Callable = None, event: str = N
            arg_names: Tuple[str, ...] = (), optional_args: int = 0, worker: str = None,
            timeout: str = None, seam: str = None, environment: bool = None,
            follows: Callable = None, crash: bool = False, needs: Needs = None,
-           releases: Callable = None, scenarios: Callable = None):
+           releases: Callable = None, scenarios: Callable = None, armed: str = ""):
     """Register an action: ``guard(ctx, s, rid) -> bool`` first, effect below.
 
     ``worker`` defaults to the actor for the schedulers' actions and to
@@ -284,7 +287,8 @@ def action(actor: str, guard: Callable, choices: Callable = None, event: str = N
                    event, names,
                    len(names) if names in (RANK_ARG, PRANK_ARG, CHANNEL_ARG) else optional_args,
                    worker, timeout, seam, event is not None if environment is None else environment,
-                   follows, crash, needs, releases, scenarios)
+                   follows, crash, needs, releases, scenarios, armed)
+        assert bool(timeout) == bool(armed), f"{fn.__name__}: a timeout says when it is armed"
         ACTIONS.append(a)
         BY_NAME[a.name] = a
         return fn
@@ -360,6 +364,20 @@ def enabled(ctx: Ctx, s: State) -> Iterable[Tuple[Action, int]]:
     for a, r in ctx.indexed(s):
         if a.guard(ctx, s, r):
             yield a, r
+
+
+def armed_timeouts(ctx: Ctx, s: State) -> Iterable[Tuple[Action, int]]:
+    """Every timeout (action, request) whose guard holds in ``s``: armed in
+    the deployment, whether or not the scenario lets it fire (its
+    ``[events] timeouts`` flag); none after a crash or once the ranks
+    diverged (nothing moves then)."""
+    if s.halted():
+        return
+    for a in ACTIONS:
+        if a.timeout is not None:
+            for r in range(len(s.p)):
+                if a.guard(ctx, s, r):
+                    yield a, r
 
 
 def why_not(ctx: Ctx, s: State, step: Step) -> str:

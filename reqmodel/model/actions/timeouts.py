@@ -30,7 +30,9 @@ def _bootstrapping_sender(c, s, r):
 
 
 @action("prefill", guard=_bootstrapping_sender, event="timeouts",
-        timeout="SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")
+        timeout="SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT",
+        armed="while one of prefill's senders for the request is still Bootstrapping "
+              "(decode's destinations have not all arrived)")
 def p_bootstrap_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT`` (300 s, env 19:656): a sender
     still Bootstrapping records a failure and goes Failed.  Every prefill
@@ -68,7 +70,9 @@ def _waiting_timeout_ranks(c, s, r):
 @action("decode", guard=_d_waiting_too_long,
         needs=Needs(d={DStage.TRANSFER}), choices=_waiting_timeout_ranks, event="timeouts",
         arg_names=RANK_ARG,
-        timeout="SGLANG_DISAGGREGATION_WAITING_TIMEOUT")
+        timeout="SGLANG_DISAGGREGATION_WAITING_TIMEOUT",
+        armed="while decode's receiver, initialised, waits in the transfer queue with no "
+              "status from prefill in flight")
 def d_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``_check_waiting_timeout`` (cc 1595/1823/1982/2501/2888, 300 s) on one
     decode rank: record a failure, go Failed, send that rank's ABORT to P, set
@@ -82,6 +86,8 @@ def d_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     scan; the registry's gate, ``core._loop_gated``).  The poll is
     MIN-reduced over ranks, so the request fails on every rank."""
     s = set_d(receiver_fail(c, s, r), r, receiver_state=KVPoll.Failed)
+    if not c.release.waiting_timeout_notifies:  # a mutant's: no real release
+        return s, ()
     return notify_abort(c, s, r, (rank_of(arg),), arm=c.release.arm_before_send), ()
 
 
@@ -170,7 +176,8 @@ def _deadline_ranks(c, s, r):
 
 @action("decode", guard=_hold_may_pass, needs=Needs(d={DStage.HELD}), choices=_deadline_ranks,
         event="timeouts", arg_names=RANK_ARG,
-        timeout="SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT")
+        timeout="SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT",
+        armed="while decode holds a failed request's pages for prefill's drain ack")
 def d_deferred_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """``SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT`` (30 s): a held
     device entry is released anyway ("releasing anyway", dc 19:2405-2436).
