@@ -353,6 +353,9 @@ def test_every_property_reference_resolves(tmp_path):
     by = {p["name"]: p["see"] for p in props}
     assert "notes/findings/stub-reads-foreign-kv.md" in by["no-foreign-kv-read"]
     assert "sglang#38935" in by["no-foreign-kv-read"]
+    # a liveness property also points at the notes that define its kind
+    assert by["every-wait-bounded"][-1] == "notes/liveness.md"
+    assert "notes/liveness.md" not in by["no-foreign-kv-read"]
 
 
 def test_every_scenario_reference_resolves(tmp_path):

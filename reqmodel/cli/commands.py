@@ -1091,8 +1091,10 @@ def _see(prop: str) -> List[str]:
     mine = [f for f in findings.load() if f.property == prop]
     numbers = sorted({int(n) for f in mine for u in f.upstream
                       for n in re.findall(r"(?<![\w/])#(\d{4,6})\b", u)})
+    graph = props_mod.CATALOG[prop].kind.on_graph
     return ([f"notes/findings/{f.id}.md" for f in mine]
-            + [f"sglang#{n}" for n in numbers] + ["notes/verdicts.md"])
+            + [f"sglang#{n}" for n in numbers] + ["notes/verdicts.md"]
+            + (["notes/liveness.md"] if graph else []))
 
 
 @cli.command("releases")
