@@ -222,7 +222,7 @@ class Budget:
         self.seconds, self.cells_left = seconds, max(1, cells)
         self.start = time.monotonic()
         self.end = self.start + seconds
-        self.cut = 0  # cells the budget ended early
+        self.cut = 0  # cells (a property on a release and scenario) the budget ended early
 
     def next_deadline(self) -> float:
         now = time.monotonic()
@@ -348,9 +348,12 @@ class Z3:
         except bmc.TooManyPaths as e:
             raise EngineInputError(str(e)) from None
         out = []
-        if self.budget is not None and any(r.depth < self.depth and r.verdict in (
-                "holds-to-depth", "unreached-to-depth") for r in res.values()):
-            self.budget.cut += 1
+        if self.budget is not None:  # the cells whose search stopped short of the depth
+            # (a liveness property's deadlock form is reported not-checked, so not one)
+            whole = {p.name for p in applicable if p.partial is None}
+            self.budget.cut += sum(1 for name, r in res.items() if name in whole
+                                   and r.depth < self.depth
+                                   and r.verdict in ("holds-to-depth", "unreached-to-depth"))
         for p in props:
             r = res.get(p.name)
             if r is None:
