@@ -23,7 +23,8 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import attrs
 
-from reqmodel.model.actions import BY_NAME, Ctx, Step, armed_timeouts, enabled, successors
+from reqmodel.model.actions import (BY_NAME, Ctx, Step, armed_timeouts, enabled, successors,
+                                    timeout_armed)
 
 
 @attrs.define
@@ -252,8 +253,8 @@ def first_unbounded(states: Sequence, edges: Edges, goal, pending, armed
 
 
 def armed_in(ctx: Ctx):
-    """Per concrete state: some timeout is armed there (``armed_timeouts``)."""
-    return lambda s: any(True for _ in armed_timeouts(ctx, s))
+    """Per concrete state: some timeout is armed there (``timeout_armed``)."""
+    return lambda s: timeout_armed(ctx, s)
 
 
 def first_lasso(states: Sequence, edges: Edges, pending) -> Optional[Lasso]:
@@ -399,7 +400,7 @@ def can_answer(ctx: Ctx, s, rid: int, goal, max_states: int = 200_000,
         u = stack.pop()
         if goal(u, rid):
             return True
-        if timeouts and any(True for _ in armed_timeouts(ctx, u)):
+        if timeouts and timeout_armed(ctx, u):
             return True
         for step, v, _ in successors(ctx, u):
             if not BY_NAME[step.action].own(ctx, u, step.rid) or v in seen:

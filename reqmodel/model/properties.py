@@ -17,7 +17,7 @@ from typing import Callable, Dict, Tuple
 
 from reqmodel.model import guards as g
 from reqmodel.model import events as ev
-from reqmodel.model.actions import Ctx, armed_timeouts, enabled
+from reqmodel.model.actions import Ctx, enabled, timeout_armed
 # what a property is; re-exported here, where the engines have always read it
 from reqmodel.model.property import WAITS, Every, Kind, Property, every  # noqa: F401
 from reqmodel.model.releases import Release
@@ -490,7 +490,7 @@ def _unbounded(ctx: Ctx, s: State) -> bool:
     """Some request's client waits, nothing the deployment does on its own
     can move, and no timeout is armed (whether the scenario lets it fire or
     not): the deadlock form of ``every-wait-bounded``."""
-    return deadlocked(ctx, s) and not any(True for _ in armed_timeouts(ctx, s))
+    return deadlocked(ctx, s) and not timeout_armed(ctx, s)
 
 
 prop(

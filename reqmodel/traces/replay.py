@@ -140,7 +140,8 @@ def violating_last(loaded: Loaded, out: Outcome) -> bool:
 def _liveness_violated(loaded: Loaded, states) -> bool:
     """A liveness trace replays as a violation when, on this release, its
     request still waits at the end with no own way to its goal (a search
-    from the last state), or, for a lasso (``loop``), when the steps from
+    from the last state; for a ``bounded`` property, and no timeout armed on
+    the way either), or, for a lasso (``loop``), when the steps from
     ``loop`` on return to that state, never let the request reach its goal,
     and form a fair cycle."""
     from reqmodel.engines import liveness

@@ -33,8 +33,8 @@ from reqmodel.model.actions import (intake, prefill, transfer, decode, client, t
 from reqmodel.model.actions import drelease, kvmanager, req, transport  # noqa: F401
 from reqmodel.model.actions.core import (ACTIONS, BY_NAME, CHANNEL_ARG, PRANK_ARG, RANK_ARG, Action,
                                          Ctx, Effect, Event, Step, action, apply, armed_timeouts,
-                                         enabled, initial_state, successors)
+                                         enabled, initial_state, successors, timeout_armed)
 
 __all__ = ["ACTIONS", "BY_NAME", "CHANNEL_ARG", "PRANK_ARG", "RANK_ARG", "Action", "Ctx", "Effect",
            "Event", "Step", "action", "apply", "armed_timeouts", "enabled", "initial_state",
-           "successors"]
+           "successors", "timeout_armed"]

@@ -380,6 +380,11 @@ def armed_timeouts(ctx: Ctx, s: State) -> Iterable[Tuple[Action, int]]:
                     yield a, r
 
 
+def timeout_armed(ctx: Ctx, s: State) -> bool:
+    """Some timeout is armed in ``s`` (:func:`armed_timeouts`)."""
+    return any(True for _ in armed_timeouts(ctx, s))
+
+
 def why_not(ctx: Ctx, s: State, step: Step) -> str:
     """Why ``step`` cannot be taken in ``s``, in words (what :func:`apply`
     checks, in its order); empty when it can."""
