@@ -414,6 +414,32 @@ ESTABLISHED = {
         ("no-livelock", ["H", "H", "H", "H", "H"]),
         ("valid-request-completes", ["R16", "R16", "R16", "R16", "R16"]),
     )},
+    # parallel sampling (n = 2) with a metadata buffer per sample on both
+    # workers, so both samples reach decode's transfer queue: the first
+    # pop_transferred that commits one latches the other's Success, which the
+    # metadata gate then holds back for good (only one slot is ever written:
+    # prefill keeps one destination per room); no timeout is armed on a
+    # latched receiver.  The other cells are room-concurrent's, and every
+    # release leaves prefill's room entry behind when a sample's metadata
+    # arrives after the room was concluded and cleared: it re-creates the
+    # entry (transfer_infos, request_status) and no sender is left to clear it
+    **{(prop, "parallel-samples"): cells for prop, cells in (
+        ("every-wait-bounded", ["F25", "F25", "F25", "F25", "F23"]),
+        ("no-foreign-kv-read", ["F14", "F14", "F14", "F14", "F14"]),
+        ("no-reuse-during-inflight-write", ["F11", "F11", "F11", "F11", "F11"]),
+        ("commit-after-all-ranks", ["F13", "F13", "F13", "F13", "F13"]),
+        ("no-poll-of-popped-room", ["F16", "F16", "F16", "F16", "F16"]),
+        ("no-scheduler-crash", ["F14", "F14", "F14", "F14", "F14"]),
+        ("room-state-released", ["F32", "F32", "F32", "F32", "F32"]),
+        ("answered-without-timeout", ["F22", "F22", "F22", "F22", "F22"]),
+        ("metadata-integrity", ["H", "H", "H", "H", "H"]),
+        ("no-livelock", ["H", "H", "H", "H", "H"]),
+        ("valid-request-completes", ["R16", "R16", "R16", "R16", "R16"]),
+    )},
+    # a reused room: the earlier request's Success report, late, lands on the
+    # next user's fresh entry; the next receiver latches it and its slot is
+    # never written (prefill failed the next user on the earlier ABORT)
+    ("every-wait-bounded", "room-reuse"): ["F25", "F25", "F25", "F25", "F25"],
     # issue #23: each worker digests its own KV buffers, so with another TP
     # width, PP stage, page size or dtype on prefill the digests differ for
     # good KV; 0.5.23 skips the comparison on a layout-signature mismatch

@@ -109,3 +109,23 @@ def test_a_raising_transfer_worker_agrees_with_the_real_code_on_model_paths(
     assert len(got) >= 100
     bad = [(r.trace, r.divergence) for r in got if r.replayed != r.steps]
     assert bad == []
+
+
+def test_a_wait_nothing_ends_is_read_on_the_real_code():
+    """``every-wait-bounded`` on the real objects: settled with every KV
+    timeout made due, the n = 2 samples' trace leaves a client waiting on
+    every release (a receiver latched the other sample's Success, which the
+    metadata gate holds back); the mutant's trace, whose waiting timeout
+    tells prefill nothing, does not on 0.5.20's real code, whose timeout
+    sends the ABORT that ends prefill's wait."""
+    import pathlib
+    corpus = pathlib.Path(__file__).resolve().parent.parent / "counterexamples"
+    paths = [str(corpus / rel / "every-wait-bounded-parallel-samples.itf.json")
+             for rel in RELEASES]
+    got = traces_mod.run(ROOT, paths)
+    assert [(r.release, r.reproduced) for r in got] == [(rel, True) for rel in RELEASES]
+    mutant = corpus / "mutants" / "silent-waiting-timeout"
+    (res,) = traces_mod.run(ROOT, [str(next(mutant.glob("every-wait-bounded-*.itf.json")))],
+                            release=releases.get("0.5.20"))
+    assert res.replayed == res.steps and not res.reproduced
+    assert res.divergence["why"] == "no-violation"

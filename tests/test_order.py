@@ -58,7 +58,7 @@ def test_the_decode_loop_skips_its_scans_while_a_request_waits_retracted():
     skipped = dict(loop.returns_early)["retracted_queue"]
     assert skipped == ("prealloc", "transfer")
     assert set(processes.actions_of_phase("transfer", loop)) == {
-        "d_transferred", "d_poll_popped_room", "d_waiting_timeout"}
+        "d_transferred", "d_transfer_poll", "d_poll_popped_room", "d_waiting_timeout"}
     assert "d_prealloc_splits" in processes.actions_of_phase("prealloc", loop)
     s = initial_state(scenario.builtin("room-reuse"))
     assert processes.phase_of("d_door", set_d(s, 0, stage=DStage.DOOR, door_flag="retracted"),

@@ -62,6 +62,13 @@ def main(argv) -> int:
         body = re.sub(r'(?P<head>\("(?P<s>[a-z-]+)", )(?P<cells>\[[^\]]*\])',
                       lambda m: sub(m, prop, m.group("s")), block.group("body"))
         text = text.replace(block.group("body"), body)
+    # ... and by scenario: **{(prop, "scenario"): cells for prop, cells in (("prop", [cells]), ...)}
+    for block in re.finditer(r'\*\*\{\(prop, "(?P<s>[a-z-]+)"\): cells for prop, cells in \((?P<body>.*?)\n    \)\}',
+                             text, re.S):
+        sc = block.group("s")
+        body = re.sub(r'(?P<head>\("(?P<p>[a-z-]+)", )(?P<cells>\[[^\]]*\])',
+                      lambda m: sub(m, m.group("p"), sc), block.group("body"))
+        text = text.replace(block.group("body"), body)
     print("\n".join(changes) or "no cell changed")
     if "--write" in argv:
         TABLE.write_text(text)

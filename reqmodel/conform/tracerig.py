@@ -662,6 +662,7 @@ class Rig:
         def scan(rank):
             q = rank.sched.disagg_prefill_bootstrap_queue
             req = rank.req[r]
+            _poll_senders(q.queue)  # the call's poll latches every entry first
             full, mine = self._only(q, "queue", lambda e: e is req)
             try:
                 got = q.pop_bootstrapped()
@@ -726,15 +727,18 @@ class Rig:
 
     def p_inflight(self, r, params):
         self._prefill_scan(r, "disagg_prefill_inflight_queue",
-                           lambda s: s.process_disagg_prefill_inflight_queue())
+                           lambda s: s.process_disagg_prefill_inflight_queue(), poll_first=True)
 
-    def _prefill_scan(self, r, attr, run):
+    def _prefill_scan(self, r, attr, run, poll_first=False):
         """A scan of one of prefill's scheduler queues (``attr``), ``run`` on
         the scheduler of every prefill rank at once, on the stepped request
-        alone (``_only``)."""
+        alone (``_only``), after the whole queue's poll where the call polls
+        every entry first (``poll_first``)."""
         def scan(rank):
             s = rank.sched
             req = rank.req[r]
+            if poll_first:
+                _poll_senders(getattr(s, attr))
             full, mine = self._only(s, attr, lambda e: e is req)
             try:
                 run(s)
@@ -800,6 +804,7 @@ class Rig:
             # transfer
             counted = set(rank.mgr.prefill_response_tracker.get(room) or ())
             own = {q for q, by in self.reports.get((rank.k, room), []) if by == r and q in counted}
+            _poll_queue(full)  # the call's poll latches every entry first
             try:
                 done = q.pop_transferred()
             finally:
@@ -938,13 +943,28 @@ class Rig:
         """Decode rank k's receiver of the request waits past
         ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT``: its real ``poll()`` with
         the receiver's start an hour back (``_check_waiting_timeout``
-        records the failure, goes Failed and sends that rank's ABORT)."""
+        records the failure, goes Failed and sends that rank's ABORT).  In
+        the code that poll is the transfer scan's, which handles the Failed
+        in the same call; the model latches it on the receiver until its
+        ``d_transferred`` step, and so does the rig (``conclude_state``).
+        The same poll latches the queue's other entries."""
+        from sglang.srt.disaggregation.base import KVPoll as RealPoll
         rank = self.D[params.get("rank", 0)]
         entry = rank.entry(r)
         if entry is None:
             raise Diverged("the request is not in decode's transfer queue")
         entry.kv_receiver.init_time = time.time() - 3600.0
-        entry.kv_receiver.poll()
+        if entry.kv_receiver.poll() == RealPoll.Failed:
+            entry.kv_receiver.conclude_state = RealPoll.Failed
+        _poll_queue(rank.tq.queue)
+
+    def d_transfer_poll(self, r, params):
+        """A ``pop_transferred`` on every decode rank's whole transfer queue
+        that hands nothing on: its poll latches the entries that read
+        Success, and the metadata gate holds them back."""
+        for done in self._every_drank(lambda rank: rank.tq.pop_transferred()):
+            if done:
+                raise Diverged(f"pop_transferred handed on {len(done)} request(s)")
 
     def p_bootstrap_timeout(self, r, params):
         """Each prefill rank's sender of the request still Bootstrapping waits
@@ -1176,17 +1196,22 @@ class Rig:
         return self.sent_by.get(id(frame), (None, None))[1]
 
     # ------------------------------------------------------------- settle
-    def settle(self, rounds: int = 12) -> Dict[str, Any]:
+    def settle(self, rounds: int = 12, timeouts: bool = False) -> Dict[str, Any]:
         """Run both workers' own steps, without any timeout or client
         action, until nothing changes: every message delivered, every
         queued chunk written, every scan of both schedulers' loops run on
         its whole queue, every prefilled request forwarded and its result
         processed, every committed request decoded and answered.  What the
         liveness properties' counterexamples claim is that here some request
-        stays unanswered (or held after its abort) until a timeout."""
+        stays unanswered (or held after its abort) until a timeout.
+        With ``timeouts``, each round first makes every KV timeout due
+        (``_due_timeouts``): what ``every-wait-bounded`` claims is that a
+        request still waits when nothing is left to wait for."""
         last = self.observe()
         for k in range(1, rounds + 1):
             try:
+                if timeouts:
+                    self._due_timeouts()
                 self._own_round()
             except Exception as e:  # a scheduler died: nobody waits any more
                 return {"rounds": k, "crash": _error(e), "observation": self.observe()}
@@ -1195,6 +1220,24 @@ class Rig:
                 return {"rounds": k, "crash": None, "observation": now, "quiet": True}
             last = now
         return {"rounds": rounds, "crash": None, "observation": last, "quiet": False}
+
+    def _due_timeouts(self):
+        """Every timeout the KV managers check, due now, each through the
+        real code that checks it: the bootstrap timeout in each sender's
+        ``poll()``, the waiting timeout in each decode rank's transfer-queue
+        poll, the deferral deadline in ``resolve_deferred_releases``.  A
+        request the code no longer polls (a latched receiver, a sender past
+        Bootstrapping) is not timed out by this, as in the code.  The
+        request-level ``SGLANG_REQ_WAITING_TIMEOUT`` (off by default) is not
+        forced."""
+        for r in range(self.n):
+            self._try("p_bootstrap_timeout", r)
+            for k in range(len(self.D)):
+                try:
+                    self.d_waiting_timeout(r, {"rank": k})
+                except Diverged:
+                    pass
+        self.d_deferred_timeout(0, {})
 
     def _try(self, step, r):
         try:
@@ -1250,7 +1293,9 @@ class Rig:
                 "pages": each(lambda k: [] if k.req[r] is None else k.pool.model_pages(k.req[r]),
                               at),
                 "answer": each(lambda k: k.answer[r]), "rejected": each(lambda k: k.rejected[r]),
-                "crashed": self.crashed["d"][r]}
+                "crashed": self.crashed["d"][r],
+                "latched": _reduced([_latched(k.entry(r)) for k in self.D])
+                if stage == "transfer" else None}
 
     def _p_view(self, r: int) -> Dict[str, Any]:
         """Request r on prefill, as one picture of its ranks: a field the
@@ -1347,7 +1392,41 @@ STEPS = ("p_intake", "d_intake", "p_door", "d_door", "d_prealloc", "p_recv_metad
          "d_waiting_timeout", "d_prealloc_splits", "d_handshake", "xfer_session_failed",
          "p_probe_failed_sessions", "d_drop_late_status", "p_dies", "d_node_failure",
          "d_heartbeat_lost", "d_fetch_prefill_info", "d_fetch_fails", "xfer_worker_raises",
-         "p_resolve_waiting")
+         "p_resolve_waiting", "d_transfer_poll")
+
+
+def _latched(entry) -> Optional[str]:
+    """What a transfer-queue entry's receiver latched, Success or Failed."""
+    recv = None if entry is None else entry.kv_receiver
+    got = kvadapter.poll_name(None if recv is None else getattr(recv, "conclude_state", None))
+    return got if got in ("Success", "Failed") else None
+
+
+def _reduced(latched: List[Optional[str]]) -> Optional[str]:
+    """The ranks' latches as the MIN-reduced poll acts on them: Failed if a
+    rank latched Failed, Success if every rank latched Success."""
+    if "Failed" in latched:
+        return "Failed"
+    return "Success" if latched and all(x == "Success" for x in latched) else None
+
+
+def _poll_senders(reqs) -> None:
+    """The poll at the head of ``pop_bootstrapped`` and of the inflight
+    scan: every request's sender's ``poll()``, which latches a Success or
+    Failed it reads."""
+    for req in reqs:
+        sender = getattr(req, "disagg_kv_sender", None)
+        if sender is not None:
+            sender.poll()
+
+
+def _poll_queue(entries) -> None:
+    """The poll at the head of ``pop_transferred``: every entry's receiver's
+    ``poll()``, in queue order, which latches a Success or Failed it reads
+    (the rig then runs the call on the stepped entry alone, ``_only``)."""
+    for e in entries:
+        if e.kv_receiver is not None:
+            e.kv_receiver.poll()
 
 
 def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
@@ -1382,7 +1461,7 @@ def replay(trace: Dict[str, Any]) -> Dict[str, Any]:
         if stop is None and len(rig.D) > 1 and trace["steps"][-1]["action"] == "d_prealloc_splits":
             final["next_transfer_scan"] = rig.next_transfer_scan()
         if stop is None and trace.get("settle"):
-            final["settled"] = rig.settle()
+            final["settled"] = rig.settle(timeouts=trace["settle"] == "timed")
     for rank in rig.P:
         rank.gate.close()
     return {"observations": observations, "stop": stop, "final": final}

@@ -20,7 +20,7 @@ import attrs
 from reqmodel.conform import drive_traces
 from reqmodel.model.actions.core import Ctx
 from reqmodel.model.releases import Release
-from reqmodel.model.state import DStage, PStage
+from reqmodel.model.state import DStage, KVPoll, PStage
 
 PAGE = 16
 _P_STAGES = {PStage.ABSENT: "absent", PStage.DOOR: "door", PStage.BOOTSTRAP: "bootstrap",
@@ -57,7 +57,7 @@ def project(state, decode_ranks: int = 1) -> Dict[str, Any]:
         out["d"].append({"stage": _D_STAGES[d.stage], "to_finish": _kind(d.to_finish),
                          "finished": _kind(d.finished_reason), "pages": list(d.pages),
                          "answer": _answer(d.answer), "rejected": d.rejected,
-                         "crashed": d.crashed})
+                         "crashed": d.crashed, "latched": _latched(d)})
         # with several prefill ranks: each rank's entry, and each rank's
         # heads of every decode page
         mine = [state.rooms[state.room_index(r, q)] for q in range(ranks)]
@@ -69,6 +69,16 @@ def project(state, decode_ranks: int = 1) -> Dict[str, Any]:
         out["d_room"].append(_poll(state.d_rooms[state.room_slot(r)].status))
     out["writers"] = [pg.writer if ranks == 1 else list(pg.writers) for pg in state.d_pages]
     return out
+
+
+def _latched(d) -> Optional[str]:
+    """A transfer-queue entry's receiver's ``conclude_state``: the Success or
+    Failed a poll latched (read for the transfer queue only, where a latch
+    outlives the room's entry)."""
+    if d.stage is DStage.TRANSFER and d.has_receiver and d.receiver_state in (
+            KVPoll.Success, KVPoll.Failed):
+        return d.receiver_state.name
+    return None
 
 
 def _decode_rank_stages(d, ranks: int) -> List[str]:
@@ -209,7 +219,8 @@ def prepare(path: str, release: Optional[Release] = None) -> Prepared:
         return Prepared(str(path), loaded, real, [], None, why)
     states, _events, _stopped = _model_states(loaded)
     request = {"config": config(loaded, real),
-               "settle": loaded.property.name in SETTLED,
+               "settle": ("timed" if loaded.property.name in TIMED
+                          else "own" if loaded.property.name in SETTLED else None),
                "steps": [{"action": st.action, "rid": st.rid, "params": _params(st)}
                          for st in loaded.steps]}
     ranks = loaded.scenario.decode.ranks
@@ -471,7 +482,11 @@ def _held_after_abort(obs: dict, r: int, facts: dict) -> bool:
 # liveness properties: read by letting both workers run their own steps on
 # the real objects until nothing changes (``Rig.settle``)
 SETTLED = {"answered-without-timeout": _waits,
-           "abort-released-without-timeout": _held_after_abort}
+           "abort-released-without-timeout": _held_after_abort,
+           # ... and with every KV timeout made due in each round (a wait
+           # that nothing ends: a client still waits after it)
+           "every-wait-bounded": _waits}
+TIMED = ("every-wait-bounded",)
 
 
 # property -> how its violation is read on the rig's observation after the

@@ -179,6 +179,9 @@ class Commit(Event):
         own = self.own_ranks()
         if len(own) >= self.ranks:
             return "decode commits the transfer"
+        if not self.counted:  # the room's entry was popped after the latch
+            return ("decode commits on the Success its receiver latched before another "
+                    "request of the room popped the room's entry")
         reports = ", ".join(f"r{o}'s" + (f" (prefill rank {q})" if self.ranks > 1 else "")
                             for q, o in self.counted) or "no report"
         missing = tuple(q for q in range(self.ranks) if q not in own)

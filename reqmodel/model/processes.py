@@ -232,7 +232,8 @@ _STEPS: Dict[str, Dict[Optional[str], Tuple[str, ...]]] = {
         "prealloc": ("d_prealloc_drop", "d_unexpected_poll", "d_prealloc", "d_prealloc_splits",
                      "d_handshake", "d_fetch_prefill_info", "d_fetch_fails"),
         # the receiver's poll() notices its waiting timeout (mc 21:3031-3039)
-        "transfer": ("d_transferred", "d_poll_popped_room", "d_waiting_timeout"),
+        "transfer": ("d_transferred", "d_transfer_poll", "d_poll_popped_room",
+                     "d_waiting_timeout"),
         "batch": ("d_attend", "d_retract"),
         "result": ("d_respond",),
         # the door: at ingest for a new or rebootstrapped request, in

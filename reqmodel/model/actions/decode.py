@@ -16,6 +16,7 @@ from reqmodel.model.actions.core import action, Ctx, Effect, Needs, PRANK_ARG, s
 from reqmodel.model.actions.dpool import page_choices, retracted_reserve, slot_choices
 from reqmodel.model.actions.drelease import clear_checksum, d_release, resolve_held
 from reqmodel.model.actions.kvmanager import (all_ranks, apply_report, d_room_of, layout_tag,
+                                              latch_transfer_queue, transfer_poll_raises,
                                               notify_abort, receiver_clear, receiver_init,
                                               receiver_poll, room_id)
 from reqmodel.model.actions.req import run_retire_cleanup, stream_d, validate_intake
@@ -326,7 +327,8 @@ def transfer_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
 
 def _transferred_ready(c, s, r):
     return (s.d[r].stage is DStage.TRANSFER
-            and transfer_poll(c, s, r) in (KVPoll.Success, KVPoll.Failed))
+            and transfer_poll(c, s, r) in (KVPoll.Success, KVPoll.Failed)
+            and not transfer_poll_raises(c, s))
 
 
 @action("decode", guard=_transferred_ready, needs=Needs(d={DStage.TRANSFER}), seam="decode_commit")
@@ -341,7 +343,10 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     ``prepare_abort(500)``, stream, then release now or hold until the drain
     ack (§5.5).  Not while a request waits retracted: ``process_decode_queue``
     returns before ``pop_transferred`` (the decode loop's return,
-    ``processes.DECODE_LOOP``)."""
+    ``processes.DECODE_LOOP``).  The call's poll first latches every other
+    entry that reads Success or Failed (``latch_transfer_queue``), and
+    nothing is handed on when that poll raises (``d_poll_popped_room``)."""
+    s = latch_transfer_queue(c, s, but=r)
     req = s.d[r]
     if transfer_poll(c, s, r) == KVPoll.Success:
         counted = d_room_of(c, s, r).responded

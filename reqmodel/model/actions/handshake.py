@@ -10,13 +10,20 @@ marked every entry.  ``d_prealloc`` and ``d_prealloc_drop`` mark them too (the
 same call); this step is a scan whose handshake marks entries while the call
 admits and drops nothing.  Elsewhere (0.5.20 on) the handshake always polls
 and no step here is enabled.
+
+The transfer scan's counterpart: ``pop_transferred`` polls its whole queue
+too and latches every Success or Failed it reads (notes/design.md, "A
+scan's poll latches its whole queue"); ``d_transfer_poll`` is a call that
+latches a Success the metadata gate holds back and hands nothing on.
 """
 from __future__ import annotations
 
 from reqmodel.model.actions.core import action, Ctx, Effect, Needs
 from reqmodel.model.actions.decode import (_can_prealloc, _handshake_polls, _scanned, handshake,
-                                           handshake_raises, unmarked)
-from reqmodel.model.state import DStage, State
+                                           handshake_raises, transfer_poll, unmarked)
+from reqmodel.model.actions.kvmanager import (d_room_of, latch_transfer_queue,
+                                              room_shared_on_decode, transfer_poll_raises)
+from reqmodel.model.state import DStage, KVPoll, State
 
 
 def _can_skip(release) -> bool:
@@ -44,3 +51,35 @@ def d_handshake(c: Ctx, s: State, r: int, arg=()) -> Effect:
     poll read WaitingForInput (dc 19:899-901), and which then admits none of
     them (none fits the pages or slots free) and drops none."""
     return handshake(c, s), ()
+
+
+def _latches_gated(c, s, r):
+    """A ``pop_transferred`` call that hands nothing on but latches: entry r
+    (the first such names the call) reads Success, which the metadata gate
+    holds back, while another request of its room could still pop or fail
+    the room's entry; no entry of the queue is ready and the poll raises
+    nothing (a call with a ready entry is ``d_transferred``)."""
+    def latchable(u):
+        d = s.d[u]
+        return (d.stage is DStage.TRANSFER and d.has_receiver
+                and d.receiver_state not in (KVPoll.Success, KVPoll.Failed)
+                and d_room_of(c, s, u).status == KVPoll.Success
+                and room_shared_on_decode(c, s, u))
+    if not latchable(r) or any(latchable(u) for u in range(r)):
+        return False
+    queued = [u for u, d in enumerate(s.d) if d.stage is DStage.TRANSFER]
+    return (not transfer_poll_raises(c, s)
+            and not any(transfer_poll(c, s, u) in (KVPoll.Success, KVPoll.Failed)
+                        for u in queued))
+
+
+@action("decode", guard=_latches_gated, needs=Needs(d={DStage.TRANSFER}))
+def d_transfer_poll(c: Ctx, s: State, r: int, arg=()) -> Effect:
+    """D3 ``pop_transferred`` whose poll latches ``conclude_state`` on every
+    entry reading Success (mc 19:2606-2611, 21:3031-3037) and whose metadata
+    gate then holds each back as Transferring (the slot's room still 0,
+    ut 21:173-189): nothing is handed on.  The latch is what the entry reads
+    from then on, whatever happens to the room's entry.  Taken only where
+    another receiver of the room is live (``kvmanager.room_shared_on_decode``);
+    otherwise the latch changes nothing a later poll would not read."""
+    return latch_transfer_queue(c, s), ()

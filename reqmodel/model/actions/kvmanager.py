@@ -12,7 +12,8 @@ from typing import Optional, Tuple
 
 from reqmodel.model.actions.core import Ctx, pranks, set_d, set_p
 from reqmodel.model.actions.transport import send
-from reqmodel.model.state import DRoom, KVPoll, Msg, MsgKind, replace, Room, State
+from reqmodel.model.state import (DRoom, DStage, KVPoll, Msg, MsgKind, PStage, replace, Room,
+                                  State)
 
 
 def room_of(c: Ctx, s: State, r: int, q: int = 0) -> Room:
@@ -99,6 +100,59 @@ def receiver_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
     return d_room_of(c, s, r).status
 
 
+def _unlatched(c: Ctx, s: State, u: int) -> bool:
+    d = s.d[u]
+    return (d.stage is DStage.TRANSFER and d.has_receiver
+            and d.receiver_state not in (KVPoll.Success, KVPoll.Failed))
+
+
+def latch_transfer_queue(c: Ctx, s: State, but: int = -1) -> State:
+    """The poll at the head of every ``pop_transferred`` call polls every
+    transfer-queue entry before it handles any (``_poll_with_metadata_gate``
+    over ``self.queue``, dc 19:2213, 20:2299, 21:2577, 22:2685, 23:2784),
+    and a receiver's ``poll()`` latches a Success or Failed
+    it reads into ``conclude_state`` (mc 19:2606-2611, 21:3031-3037; the
+    metadata gate downgrades the scan's copy, not the latch, ut 21:173-189).
+    An entry latched this way keeps reading what it read after another
+    request of its room pops the room's ``request_status`` entry.  ``but``:
+    the entry the call hands on, whose receiver the step drops anyway.
+    Only entries whose room another live receiver shares are latched here:
+    elsewhere only the entry's own steps change its room's entry after a
+    Success or Failed, so the latch changes nothing a later poll would not
+    read (latching every entry moved no verdict and grew the state counts
+    by up to 60 %, notes/design.md)."""
+    for u in range(len(s.d)):
+        if u != but and _unlatched(c, s, u) and room_shared_on_decode(c, s, u):
+            st = d_room_of(c, s, u).status
+            if st in (KVPoll.Success, KVPoll.Failed):
+                s = set_d(s, u, receiver_state=st)
+    return s
+
+
+def room_shared_on_decode(c: Ctx, s: State, u: int) -> bool:
+    """Another request of u's room has a receiver on decode: the only way
+    the room's ``request_status`` entry can change under u once it reads
+    Success (a single user's entry changes then only by u's own steps)."""
+    k = s.room_slot(u)
+    return any(v != u and d.has_receiver and s.room_slot(v) == k for v, d in enumerate(s.d))
+
+
+def room_shared_on_prefill(c: Ctx, s: State, u: int) -> bool:
+    """Another request of u's room has a sender on prefill."""
+    k = s.room_slot(u)
+    return any(v != u and p.has_sender and p.stage is not PStage.GONE and s.room_slot(v) == k
+               for v, p in enumerate(s.p))
+
+
+def transfer_poll_raises(c: Ctx, s: State) -> bool:
+    """The same poll raises KeyError when an entry's receiver, not latched,
+    finds its room's ``request_status`` entry popped (``check_status``, cc
+    19:362-363 ... 23:608-609): the call ends there and hands on nothing
+    (``d_poll_popped_room``)."""
+    return any(_unlatched(c, s, u) and d_room_of(c, s, u).status is None
+               for u in range(len(s.d)))
+
+
 def receiver_clear(c: Ctx, s: State, r: int) -> State:
     """``CommonKVReceiver.clear()`` pops ``request_status[room]`` (with the
     response tracker), whichever request of the room created it (cc
@@ -129,6 +183,42 @@ def sender_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
         polls.append(KVPoll.Transferring if room.status == KVPoll.Success
                      and outstanding(c, s, r, q) else room.status)
     return None if None in polls else min(polls)
+
+
+def _sender_unlatched(c: Ctx, s: State, u: int, stage) -> bool:
+    p = s.p[u]
+    return p.stage is stage and p.has_sender and p.concluded is None
+
+
+def latch_senders(c: Ctx, s: State, stage, but: int = -1) -> State:
+    """The poll at the head of ``pop_bootstrapped`` and of
+    ``process_disagg_prefill_inflight_queue`` polls every sender of its queue
+    before it handles any (``poll_and_all_reduce_attn_cp_tp_group`` over the
+    queue, pf 21:475-492, 21:1017-1021; the same in every release), and a
+    sender's ``poll()`` latches a Success or Failed it reads into
+    ``conclude_state`` (mc 19:2399-2411, 21:2820-2838; a Success with chunks
+    still counted outstanding reads Transferring and is not latched).  With
+    several prefill ranks each rank's sender latches its own; the model
+    latches the reduced poll once every rank's reads the same end (a rank
+    that latched alone is not followed).  As on decode, only entries whose
+    room another live sender shares: a single user's latch is left to its
+    own poll, which over-approximates (a decode ABORT that fails the room
+    after its Success is read as Failed where the code's earlier scan may
+    have latched the Success)."""
+    for u in range(len(s.p)):
+        if u != but and _sender_unlatched(c, s, u, stage) and room_shared_on_prefill(c, s, u):
+            got = sender_poll(c, s, u)
+            if got in (KVPoll.Success, KVPoll.Failed):
+                s = set_p(s, u, concluded=got)
+    return s
+
+
+def sender_scan_raises(c: Ctx, s: State, stage) -> bool:
+    """That poll raises KeyError when a sender of the queue, not latched,
+    finds its room's entry popped (``p_poll_popped_room``; 0.5.23 polls
+    Failed instead): the call ends there and hands nothing on."""
+    return any(_sender_unlatched(c, s, u, stage) and sender_poll(c, s, u) is None
+               for u in range(len(s.p)))
 
 
 def update_status(ctx: Ctx, s: State, r: int, new: KVPoll, q: int = 0) -> State:

@@ -14,7 +14,8 @@ from reqmodel.model.events import (Acquire, Crash, DoorRetire, LateEffect, Relea
 from reqmodel.model.actions.core import (action, CHANNEL_ARG, Ctx, Effect, Event, Needs, pranks,
                                          set_p)
 from reqmodel.model.actions.kvmanager import (failure_exception, room_of, sender_abort,
-                                              sender_clear, sender_poll, set_room, takes_chunks,
+                                              latch_senders, sender_clear, sender_poll,
+                                              sender_scan_raises, set_room, takes_chunks,
                                               update_status)
 from reqmodel.model.actions.req import (p_free_metadata, p_release_kv, promote, run_retire_cleanup,
                                         stream_p)
@@ -86,7 +87,7 @@ def _optimistic(c, s, r):
 
 
 def _bootstrap_ready(c, s, r):
-    if s.p[r].stage is not PStage.BOOTSTRAP:
+    if s.p[r].stage is not PStage.BOOTSTRAP or sender_scan_raises(c, s, PStage.BOOTSTRAP):
         return False
     poll = sender_poll(c, s, r)
     if poll == KVPoll.Failed:
@@ -129,7 +130,10 @@ def p_pop_bootstrapped(c: Ctx, s: State, r: int, arg=()) -> Effect:
     """P2 ``pop_bootstrapped`` (pf 410/425/450/462/497): Failed ->
     ``handle_bootstrap_failure``; WaitingForInput -> ``finalize_bootstrap`` and the
     waiting queue; Bootstrapping with optimistic prefill allowed and not
-    ``is_retracted`` -> metadata buffer, waiting queue, still pending."""
+    ``is_retracted`` -> metadata buffer, waiting queue, still pending.  The
+    call's poll first latches every other entry's Success or Failed
+    (``latch_senders``); nothing is handed on when it raises."""
+    s = latch_senders(c, s, PStage.BOOTSTRAP, but=r)
     poll = sender_poll(c, s, r)
     if poll == KVPoll.Failed:
         return handle_bootstrap_failure(c, s, r)
@@ -438,7 +442,7 @@ def p_unexpected_poll(c: Ctx, s: State, r: int, arg=()) -> Effect:
 
 def _inflight_ready(c, s, r):
     req = s.p[r]
-    if req.stage is not PStage.INFLIGHT:
+    if req.stage is not PStage.INFLIGHT or sender_scan_raises(c, s, PStage.INFLIGHT):
         return False
     poll = sender_poll(c, s, r)
     if req.pending_bootstrap:
@@ -452,7 +456,12 @@ def p_inflight(c: Ctx, s: State, r: int, arg=()) -> Effect:
     Parked (pending bootstrap): ``handle_pending_bootstrap`` then send.  Success:
     the ``inflight_success`` guard point sets ``finished_reason``,
     ``release_kv_cache`` (insert), ``sender.clear()``, stream, free metadata.
-    Failed: ``handle_inflight_transfer_failure`` (pf 983/1057/1115/1239/1282)."""
+    Failed: ``handle_inflight_transfer_failure`` (pf 983/1057/1115/1239/1282).
+    The call's poll first latches every other inflight sender's Success or
+    Failed (``latch_senders``): a sample whose room another sample's
+    transfer concluded is answered on that, whatever the room's entry
+    becomes; nothing is handed on when the poll raises."""
+    s = latch_senders(c, s, PStage.INFLIGHT, but=r)
     req = s.p[r]
     poll = sender_poll(c, s, r)
     if req.pending_bootstrap:

@@ -11,9 +11,10 @@ from reqmodel.model.events import AckDropped, RankRelease
 from reqmodel.model.actions.core import (action, CHANNEL_ARG, Ctx, Effect, Event, HISTORY, Needs,
                                          pranks, RANK_ARG, set_d, set_p)
 from reqmodel.model.actions.drelease import do_release, resolve_held
-from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, note_ack, notify_abort,
-                                              receiver_fail, receiver_poll, record_failure,
-                                              room_of)
+from reqmodel.model.actions.kvmanager import (all_ranks, d_room_of, latch_transfer_queue,
+                                              note_ack, notify_abort, receiver_fail,
+                                              receiver_poll, record_failure, room_of,
+                                              transfer_poll_raises)
 from reqmodel.model.actions.transport import (arriving, channel_args, consume, prank_of, rank_args,
                                               rank_of)
 from reqmodel.model.state import DStage, KVPoll, MsgKind, PStage, State
@@ -60,7 +61,7 @@ def p_bootstrap_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
 def _d_waiting_too_long(c, s, r):
     req = s.d[r]
     return (req.stage is DStage.TRANSFER and receiver_poll(c, s, r) == KVPoll.WaitingForInput
-            and not s.room_msgs("status", r))
+            and not s.room_msgs("status", r) and not transfer_poll_raises(c, s))
 
 
 def _waiting_timeout_ranks(c, s, r):
@@ -84,7 +85,10 @@ def d_waiting_timeout(c: Ctx, s: State, r: int, arg=()) -> Effect:
     loop's transfer phase (``processes.DECODE_LOOP``), so not while a request
     waits retracted or the engine is paused (the loop returns before that
     scan; the registry's gate, ``core._loop_gated``).  The poll is
-    MIN-reduced over ranks, so the request fails on every rank."""
+    MIN-reduced over ranks, so the request fails on every rank.  The same
+    poll latches every other entry that reads Success or Failed
+    (``latch_transfer_queue``), and raises first on a popped room."""
+    s = latch_transfer_queue(c, s, but=r)
     s = set_d(receiver_fail(c, s, r), r, receiver_state=KVPoll.Failed)
     if not c.release.waiting_timeout_notifies:  # a mutant's: no real release
         return s, ()
