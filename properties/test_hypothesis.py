@@ -161,10 +161,7 @@ NOT_FOUND_BY_CI = {
     **{cell: "missed by the ci profile's draws since the failed-session list"
        for cell in (('no-reuse-during-inflight-write', 'inflight-reuse', '0.5.21'),
                     ('no-foreign-kv-read', 'transfer-failure-probe', '0.5.21'),
-                    ('commit-after-all-ranks', 'room-reuse', '0.5.19'),
-                    ('commit-after-all-ranks', 'room-reuse', '0.5.23'),
-                    ('no-foreign-kv-read', 'room-reuse', '0.5.19'),
-                    ('drain-ack-reaches-every-rank', 'prefill-tp', '0.5.22'))},
+                    ('commit-after-all-ranks', 'room-reuse', '0.5.23'))},
     # Ordered clocks (model/clocks.py): the deferral timeout waits for the
     # writes in flight when its hold was armed, so the rules Hypothesis draws
     # from changed where a hold and a write meet: this one is missed now
@@ -182,6 +179,17 @@ NOT_FOUND_BY_CI = {
        for cell in (('no-reuse-during-inflight-write', 'inflight-reuse-long-transfer', '0.5.21'),
                     ('drain-ack-reaches-every-rank', 'rank-admission', '0.5.20'),
                     ('drain-ack-reaches-every-rank', 'rank-admission', '0.5.21'))},
+    # A scan's poll latching its whole queue (d_transfer_poll, the latches,
+    # no hand-on while a poll raises) changed the rules Hypothesis draws from
+    # where two requests share a room: these are missed now, and two listed
+    # above before are found and came off (room-reuse 0.5.19's commit and
+    # foreign read, prefill-tp 0.5.22's drain ack; measured: pytest -m "slow or not slow"
+    # properties/test_hypothesis.py -k "parallel-samples or room-concurrent or
+    # room-reuse or prefill-tp" on this stop; per-run rates not measured)
+    **{cell: "missed by the ci profile's draws since the scans latch their queue"
+       for cell in (('commit-after-all-ranks', 'room-reuse', '0.5.20'),
+                    ('no-foreign-kv-read', 'room-reuse', '0.5.20'),
+                    ('drain-ack-reaches-every-rank', 'room-reuse', '0.5.21'))},
     # The scenario inflight-reuse-long-transfer: like inflight-reuse's, its
     # foreign reads race a write against an abort and the next request's own
     # write (28-29 steps), and 0.5.23's in-flight reuse is missed too

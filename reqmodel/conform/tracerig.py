@@ -1295,7 +1295,14 @@ class Rig:
                 "answer": each(lambda k: k.answer[r]), "rejected": each(lambda k: k.rejected[r]),
                 "crashed": self.crashed["d"][r],
                 "latched": _reduced([_latched(k.entry(r)) for k in self.D])
-                if stage == "transfer" else None}
+                if stage == "transfer" and self._room_shared(r) else None}
+
+    def _room_shared(self, r: int) -> bool:
+        """Another request of r's room has a receiver on decode (the model
+        follows a latch only there, ``traces._room_shared``)."""
+        return any(v != r and self.rooms[v] == self.rooms[r]
+                   and self._d_stage(v) in ("prealloc", "transfer", "held")
+                   for v in range(self.n))
 
     def _p_view(self, r: int) -> Dict[str, Any]:
         """Request r on prefill, as one picture of its ranks: a field the

@@ -57,7 +57,8 @@ def project(state, decode_ranks: int = 1) -> Dict[str, Any]:
         out["d"].append({"stage": _D_STAGES[d.stage], "to_finish": _kind(d.to_finish),
                          "finished": _kind(d.finished_reason), "pages": list(d.pages),
                          "answer": _answer(d.answer), "rejected": d.rejected,
-                         "crashed": d.crashed, "latched": _latched(d)})
+                         "crashed": d.crashed,
+                         "latched": _latched(d) if _room_shared(state, r) else None})
         # with several prefill ranks: each rank's entry, and each rank's
         # heads of every decode page
         mine = [state.rooms[state.room_index(r, q)] for q in range(ranks)]
@@ -69,6 +70,14 @@ def project(state, decode_ranks: int = 1) -> Dict[str, Any]:
         out["d_room"].append(_poll(state.d_rooms[state.room_slot(r)].status))
     out["writers"] = [pg.writer if ranks == 1 else list(pg.writers) for pg in state.d_pages]
     return out
+
+
+def _room_shared(state, r: int) -> bool:
+    """Another request of r's room has a receiver on decode: where the model
+    follows a latch (a single user's latch changes nothing it reads)."""
+    k = state.room_slot(r)
+    return any(v != r and d.has_receiver and state.room_slot(v) == k
+               for v, d in enumerate(state.d))
 
 
 def _latched(d) -> Optional[str]:
