@@ -75,9 +75,9 @@ NOT_FOUND_BY_CI = {
     # Issue #22's crash steps (p_poll_popped_room, p_unexpected_poll) changed
     # the rules Hypothesis draws from, so its derandomized draws moved: seven
     # cells listed before are found now and were taken off; these are missed now
-    # (measured by CI on this stop; per-run rates not measured yet)
-    **{cell: "missed by the ci profile's draws since issue #22's crash steps"
-       for cell in (("no-foreign-kv-read", "inflight-reuse", "0.5.23"),)},
+    # (measured by CI on this stop; per-run rates not measured yet); the last
+    # of them, inflight-reuse 0.5.23's foreign read, is found since the scans
+    # latch their queue
     # Since the correction "a transfer fails only for a chunk" (notes/verdicts.md,
     # issue #22's stop) the failing write must be dequeued first: these
     # foreign reads got longer (F29 to F35) and the ci profile's draws miss
@@ -136,11 +136,8 @@ NOT_FOUND_BY_CI = {
     # Since the bootstrap timeout latches Failed on a request in the
     # bootstrap queue the draws on retract-late-write moved again: its
     # in-flight reuse on 0.5.19 is found and came off (measured by CI on
-    # 77754f5)
-    **{cell: "missed by the ci profile's draws since issue #51's rank steps"
-       for cell in (
-           ('no-reuse-during-inflight-write', 'inflight-reuse', '0.5.23'),
-       )},
+    # 77754f5); the last cell listed here, inflight-reuse 0.5.23's in-flight
+    # reuse, came off when the scans latched their queue (below)
     # 0.5.19's handshake poll at the scan (waiting_for_input, d_handshake)
     # changed the rules Hypothesis draws from on 0.5.19: these two are missed
     # now, and four listed above before are found and came off (room-reuse's
@@ -159,8 +156,7 @@ NOT_FOUND_BY_CI = {
     # 0.5.19-0.5.21 hold now (measured: pytest -m "slow or not slow"
     # properties/test_hypothesis.py on this stop; per-run rates not measured)
     **{cell: "missed by the ci profile's draws since the failed-session list"
-       for cell in (('no-reuse-during-inflight-write', 'inflight-reuse', '0.5.21'),
-                    ('no-foreign-kv-read', 'transfer-failure-probe', '0.5.21'),
+       for cell in (('no-foreign-kv-read', 'transfer-failure-probe', '0.5.21'),
                     ('commit-after-all-ranks', 'room-reuse', '0.5.23'))},
     # Ordered clocks (model/clocks.py): the deferral timeout waits for the
     # writes in flight when its hold was armed, so the rules Hypothesis draws
@@ -176,27 +172,37 @@ NOT_FOUND_BY_CI = {
     # in-flight reuse; measured: pytest -m "slow or not slow"
     # properties/test_hypothesis.py on this stop; per-run rates not measured)
     **{cell: "missed by the ci profile's draws since the prefill faults"
-       for cell in (('no-reuse-during-inflight-write', 'inflight-reuse-long-transfer', '0.5.21'),
-                    ('drain-ack-reaches-every-rank', 'rank-admission', '0.5.20'),
+       for cell in (('drain-ack-reaches-every-rank', 'rank-admission', '0.5.20'),
                     ('drain-ack-reaches-every-rank', 'rank-admission', '0.5.21'))},
     # A scan's poll latching its whole queue (d_transfer_poll, the latches,
     # no hand-on while a poll raises) changed the rules Hypothesis draws from
-    # where two requests share a room: these are missed now, and two listed
-    # above before are found and came off (room-reuse 0.5.19's commit and
-    # foreign read, prefill-tp 0.5.22's drain ack; measured: pytest -m "slow or not slow"
-    # properties/test_hypothesis.py -k "parallel-samples or room-concurrent or
-    # room-reuse or prefill-tp" on this stop; per-run rates not measured)
+    # (and, through the new rule, everywhere): these are missed now, and
+    # eight listed above before are found and came off (room-reuse 0.5.19's
+    # commit and foreign read, prefill-tp 0.5.22's drain ack, inflight-reuse
+    # 0.5.21/0.5.23's in-flight reuse and 0.5.23's foreign read,
+    # inflight-reuse-long-transfer 0.5.20's
+    # foreign read and 0.5.21's in-flight reuse; measured: CI on 36ea72c and
+    # pytest -m "slow or not slow" properties/test_hypothesis.py on this stop;
+    # per-run rates not measured)
     **{cell: "missed by the ci profile's draws since the scans latch their queue"
        for cell in (('commit-after-all-ranks', 'room-reuse', '0.5.20'),
                     ('no-foreign-kv-read', 'room-reuse', '0.5.20'),
-                    ('drain-ack-reaches-every-rank', 'room-reuse', '0.5.21'))},
+                    ('drain-ack-reaches-every-rank', 'room-reuse', '0.5.21'),
+                    ('abort-is-terminal', 'optimistic-abort-unit', '0.5.19'),
+                    ('no-reuse-during-inflight-write', 'optimistic-abort-unit', '0.5.19'),
+                    ('no-reuse-during-inflight-write', 'inflight-reuse', '0.5.22'),
+                    ('no-reuse-during-inflight-write', 'inflight-reuse-long-transfer', '0.5.19'),
+                    ('no-reuse-during-inflight-write', 'inflight-reuse-long-transfer', '0.5.22'),
+                    ('client-abort-honoured', 'pause-abort-overlap', '0.5.21'))
+       + tuple(('no-reuse-during-inflight-write', 'retract-late-write', rel)
+               for rel in ('0.5.19', '0.5.20', '0.5.22', '0.5.23'))},
     # The scenario inflight-reuse-long-transfer: like inflight-reuse's, its
     # foreign reads race a write against an abort and the next request's own
     # write (28-29 steps), and 0.5.23's in-flight reuse is missed too
     # (measured as above)
     **{cell: "a write racing the abort and the next request's write: missed by the ci profile"
        for cell in ([("no-foreign-kv-read", "inflight-reuse-long-transfer", rel)
-                     for rel in RELEASES]
+                     for rel in RELEASES if rel != "0.5.20"]
                     + [("no-reuse-during-inflight-write", "inflight-reuse-long-transfer",
                         "0.5.23")])},
 }

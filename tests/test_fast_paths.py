@@ -87,17 +87,29 @@ def test_no_guard_holds_without_its_needs(sc, rel, states_of):
 
 @pytest.mark.parametrize("sc,rel", SLOW_CASES)
 def test_no_guard_holds_without_its_needs_on_the_larger_scenarios(sc, rel, states_of):
-    assert _check_needs(sc, rel, states_of)
+    held = _check_needs(sc, rel, states_of)
+    assert held
+    assert all(held[name] for name, pair in ONLY_LARGER.items() if pair == (sc, rel))
+
+
+# actions whose guard holds on no small scenario, and the larger pair whose
+# test checks their needs: a pop_transferred that only latches needs a
+# Success on a room whose entries are all held back, which takes a late
+# report of an earlier user of the room (room-reuse)
+ONLY_LARGER = {"d_transfer_poll": ("room-reuse", "0.5.19")}
 
 
 def test_every_declared_need_is_checked_where_its_guard_holds(states_of):
     """The small cases reach a state where each action with needs is
     enabled, so no declaration goes unchecked (each pair's count is the one
-    its own test above made, when it ran in this process)."""
+    its own test above made, when it ran in this process); the few that
+    only a larger scenario reaches are checked there (``ONLY_LARGER``)."""
     held = collections.Counter()
     for sc, rel in CASES:
         held.update(_check_needs(sc, rel, states_of))
-    assert {a.name for a in ACTIONS if a.needs is not None and not held[a.name]} == set()
+    assert {a.name for a in ACTIONS if a.needs is not None and not held[a.name]} == set(
+        ONLY_LARGER)
+    assert set(ONLY_LARGER.values()) <= set(SLOW_CASES)
 
 
 def test_the_index_skips_guards_and_keeps_registry_order():
