@@ -1233,15 +1233,12 @@ class Rig:
         for r in range(self.n):
             self._try("p_bootstrap_timeout", r)
             for k in range(len(self.D)):
-                try:
-                    self.d_waiting_timeout(r, {"rank": k})
-                except Diverged:
-                    pass
+                self._try("d_waiting_timeout", r, {"rank": k})
         self.d_deferred_timeout(0, {})
 
-    def _try(self, step, r):
+    def _try(self, step, r, params=None):
         try:
-            getattr(self, step)(r, {})
+            getattr(self, step)(r, params or {})
         except Diverged:
             pass
 
@@ -1299,7 +1296,7 @@ class Rig:
 
     def _room_shared(self, r: int) -> bool:
         """Another request of r's room has a receiver on decode (the model
-        follows a latch only there, ``traces._room_shared``)."""
+        follows a latch only there, ``kvmanager.room_shared_on_decode``)."""
         return any(v != r and self.rooms[v] == self.rooms[r]
                    and self._d_stage(v) in ("prealloc", "transfer", "held")
                    for v in range(self.n))

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 import attrs
 
 from reqmodel.conform import drive_traces
+from reqmodel.model.actions import kvmanager
 from reqmodel.model.actions.core import Ctx
 from reqmodel.model.releases import Release
 from reqmodel.model.state import DStage, KVPoll, PStage
@@ -58,7 +59,8 @@ def project(state, decode_ranks: int = 1) -> Dict[str, Any]:
                          "finished": _kind(d.finished_reason), "pages": list(d.pages),
                          "answer": _answer(d.answer), "rejected": d.rejected,
                          "crashed": d.crashed,
-                         "latched": _latched(d) if _room_shared(state, r) else None})
+                         "latched": (_latched(d) if kvmanager.room_shared_on_decode(None, state, r)
+                                     else None)})
         # with several prefill ranks: each rank's entry, and each rank's
         # heads of every decode page
         mine = [state.rooms[state.room_index(r, q)] for q in range(ranks)]
@@ -72,18 +74,12 @@ def project(state, decode_ranks: int = 1) -> Dict[str, Any]:
     return out
 
 
-def _room_shared(state, r: int) -> bool:
-    """Another request of r's room has a receiver on decode: where the model
-    follows a latch (a single user's latch changes nothing it reads)."""
-    k = state.room_slot(r)
-    return any(v != r and d.has_receiver and state.room_slot(v) == k
-               for v, d in enumerate(state.d))
-
-
 def _latched(d) -> Optional[str]:
     """A transfer-queue entry's receiver's ``conclude_state``: the Success or
     Failed a poll latched (read for the transfer queue only, where a latch
-    outlives the room's entry)."""
+    outlives the room's entry, and only where another request of the room
+    has a receiver, ``kvmanager.room_shared_on_decode``: the model follows a
+    latch only there)."""
     if d.stage is DStage.TRANSFER and d.has_receiver and d.receiver_state in (
             KVPoll.Success, KVPoll.Failed):
         return d.receiver_state.name

@@ -22,7 +22,8 @@ from reqmodel.model.actions.core import action, Ctx, Effect, Needs
 from reqmodel.model.actions.decode import (_can_prealloc, _handshake_polls, _scanned, handshake,
                                            handshake_raises, transfer_poll, unmarked)
 from reqmodel.model.actions.kvmanager import (d_room_of, latch_transfer_queue,
-                                              room_shared_on_decode, transfer_poll_raises)
+                                              receiver_unlatched, room_shared_on_decode,
+                                              transfer_poll_raises)
 from reqmodel.model.state import DStage, KVPoll, State
 
 
@@ -60,10 +61,7 @@ def _latches_gated(c, s, r):
     the room's entry; no entry of the queue is ready and the poll raises
     nothing (a call with a ready entry is ``d_transferred``)."""
     def latchable(u):
-        d = s.d[u]
-        return (d.stage is DStage.TRANSFER and d.has_receiver
-                and d.receiver_state not in (KVPoll.Success, KVPoll.Failed)
-                and d_room_of(c, s, u).status == KVPoll.Success
+        return (receiver_unlatched(c, s, u) and d_room_of(c, s, u).status == KVPoll.Success
                 and room_shared_on_decode(c, s, u))
     if not latchable(r) or any(latchable(u) for u in range(r)):
         return False

@@ -100,7 +100,9 @@ def receiver_poll(c: Ctx, s: State, r: int) -> Optional[KVPoll]:
     return d_room_of(c, s, r).status
 
 
-def _unlatched(c: Ctx, s: State, u: int) -> bool:
+def receiver_unlatched(c: Ctx, s: State, u: int) -> bool:
+    """Entry u is in decode's transfer queue and its receiver has latched
+    nothing yet (its poll still reads the room's ``request_status``)."""
     d = s.d[u]
     return (d.stage is DStage.TRANSFER and d.has_receiver
             and d.receiver_state not in (KVPoll.Success, KVPoll.Failed))
@@ -122,7 +124,7 @@ def latch_transfer_queue(c: Ctx, s: State, but: int = -1) -> State:
     read (latching every entry moved no verdict and grew the state counts
     by up to 60 %, notes/design.md)."""
     for u in range(len(s.d)):
-        if u != but and _unlatched(c, s, u) and room_shared_on_decode(c, s, u):
+        if u != but and receiver_unlatched(c, s, u) and room_shared_on_decode(c, s, u):
             st = d_room_of(c, s, u).status
             if st in (KVPoll.Success, KVPoll.Failed):
                 s = set_d(s, u, receiver_state=st)
@@ -149,7 +151,7 @@ def transfer_poll_raises(c: Ctx, s: State) -> bool:
     finds its room's ``request_status`` entry popped (``check_status``, cc
     19:362-363 ... 23:608-609): the call ends there and hands on nothing
     (``d_poll_popped_room``)."""
-    return any(_unlatched(c, s, u) and d_room_of(c, s, u).status is None
+    return any(receiver_unlatched(c, s, u) and d_room_of(c, s, u).status is None
                for u in range(len(s.d)))
 
 
