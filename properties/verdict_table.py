@@ -473,6 +473,22 @@ ESTABLISHED = {
     # decode holds its pages until its own 300 s waiting timeout
     ("abort-released-without-timeout", "req-waiting-timeout"): ["H", "F8", "F8", "F8", "F8"],
     ("client-abort-honoured", "req-waiting-timeout"): ["H", "H", "H", "H", "H"],
+    # what each worker's first answer tells the client ended the request
+    # (notes/verdicts.md, "What the client is told"): a client's abort that
+    # finds the request in a handoff queue (prefill's bootstrap or inflight
+    # queue, decode's prealloc or transfer queue) only calls abort() on the
+    # sender or receiver, and the next scan answers the failure's 500, on
+    # every release; 0.5.19's rejected stub is answered 200 (the incident);
+    # a rejection at the door, the waiting timeout's own abort, failures and
+    # completions are answered as what they are
+    **{("answer-matches-cause", sc): cells for sc, cells in (
+        ("abort-reaches-decode", ["F4", "F4", "F4", "F4", "F4"]),
+        ("abort-reaches-prefill", ["F4", "F4", "F4", "F4", "F4"]),
+        ("incident", ["F12", "H", "H", "H", "H"]),
+        ("decode-reject", ["H", "H", "H", "H", "H"]),
+        ("req-waiting-timeout", ["H", "H", "H", "H", "H"]),
+        ("transfer-failure", ["H", "H", "H", "H", "H"]),
+        ("two-valid", ["H", "H", "H", "H", "H"]))},
     ("valid-request-completes", "req-waiting-timeout"): ["R16", "R16", "R16", "R16", "R16"],
 }
 

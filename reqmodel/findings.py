@@ -13,7 +13,9 @@ from typing import Optional, Tuple
 import attrs
 
 # "failure": a valid request fails (an error the client sees) though nothing went wrong
-SEVERITIES = ("data-exposure", "crash", "hang", "failure", "waste", "latency")
+# "misreport": the request ends as it should, but the client or the operator
+# is told another cause (a failure's 500 and its metric for a client's abort)
+SEVERITIES = ("data-exposure", "crash", "hang", "failure", "waste", "latency", "misreport")
 STATUSES = ("confirmed", "plausible")
 
 

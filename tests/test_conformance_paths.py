@@ -129,3 +129,16 @@ def test_a_wait_nothing_ends_is_read_on_the_real_code():
                             release=releases.get("0.5.20"))
     assert res.replayed == res.steps and not res.reproduced
     assert res.divergence["why"] == "no-violation"
+
+
+def test_a_client_abort_answered_as_a_failure_is_read_on_the_real_code():
+    """``answer-matches-cause`` on the real objects: on every release the
+    client's abort reaching decode's prealloc queue (prefill's bootstrap
+    queue) is answered by the next scan with the failure's 500, whose real
+    ``finished_reason`` the rig reads as a failure (``tracerig._cause``)."""
+    import pathlib
+    corpus = pathlib.Path(__file__).resolve().parent.parent / "counterexamples"
+    paths = [str(corpus / rel / f"answer-matches-cause-abort-reaches-{side}.itf.json")
+             for rel in RELEASES for side in ("decode", "prefill")]
+    got = traces_mod.run(ROOT, paths)
+    assert [r.reproduced for r in got] == [True] * len(paths)

@@ -203,7 +203,7 @@ def test_guard_check_leads_with_the_answer(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("proposal ")
-    assert lines[1].startswith("BROKEN: 2, fixed: 1, still violated: 2, still hold: ")
+    assert lines[1].startswith("BROKEN: 2, fixed: 1, still violated: 3, still hold: ")
     body = r.stdout[:r.stdout.index("unchanged:")]
     assert body.index("│ broken") < body.index("│ fixed")
     assert "still-violated" not in body and "still-holds" not in body

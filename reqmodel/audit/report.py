@@ -17,7 +17,8 @@ GATE_TEXT = {
                      "transfer-complete prove neither); a checksum counts only where it is on, "
                      "supported and verified",
     "lifetime": "pages are freed or reused only after in-flight writes end, deferred release is "
-                "on for both roles, nothing is held until a timeout, no scheduler dies",
+                "on for both roles, nothing is held until a timeout, no scheduler dies, and "
+                "each answer names what ended the request",
 }
 
 

@@ -74,6 +74,19 @@ def _kind(reason) -> Optional[str]:
     return adapter.kind(reason)
 
 
+def _cause(reason) -> str:
+    """What a real finish reason tells the client ended the request (the
+    model's ``Finish.cause``): ``done`` for a non-abort; an abort's status
+    says the rest, as the code builds them: 400 from the intake's
+    ``set_finish_with_abort``, 500 from ``prepare_abort`` on a Failed poll
+    or a failed check, and the client's abort (``FINISH_ABORT()`` without a
+    status, the waiting timeout's 503, ``"Aborted by AbortReq."``)."""
+    if not isinstance(reason, sb.FINISH_ABORT):
+        return "done"
+    code = getattr(reason, "status_code", None)
+    return {400: "reject", 500: "failure"}.get(int(code) if code is not None else 0, "client")
+
+
 def _status(reason) -> str:
     """An answer as the client tells it: ``ok`` (200) or ``error``.  The
     HTTP status of an abort whose reason carries none is set past the
@@ -115,13 +128,14 @@ class PrefillRank:
         self.req: List[Any] = [None] * n
         # the status of each request's first final stream_output
         self.answer: List[Optional[int]] = [None] * n
+        self.cause: List[Optional[str]] = [None] * n  # ... and its cause (_cause)
         # whether this rank's intake rejected the request (validate_input_length)
         self.rejected = [False] * n
         self.echoed: set = set()  # requests answered by an abort echo
         self.seen = [False] * n  # the request has been through the door
         self.inbox: List[List[bytes]] = []  # what reached its bootstrap server
         s = adapter.result_scheduler(p["metadata_buffers"])
-        s.output_streamer = rig._stream_spy(self.answer, self.req)
+        s.output_streamer = rig._stream_spy(self.answer, self.req, self.cause)
         s.req_to_token_pool = self.pool.req_to_token_pool
         s.token_to_kv_pool_allocator = self.pool.allocator
         s.disagg_metadata_buffers = self.meta
@@ -142,7 +156,7 @@ class PrefillRank:
         s.waiting_queue = []
         s.last_batch = types.SimpleNamespace(reqs=[])  # launched, result not processed
         s.running_batch = types.SimpleNamespace(reqs=[])
-        rig._abort_side(s, du.DisaggregationMode.PREFILL, self.answer, self.req, self.echoed)
+        rig._abort_side(s, du.DisaggregationMode.PREFILL, self.answer, self.req, self.echoed, self.cause)
         self.sched = s
         self.worker_thread: Optional[threading.Thread] = None
         self.worker_dead = False  # its thread raised out of transfer_worker
@@ -222,6 +236,7 @@ class DecodeRank:
         self.mgr.try_ensure_parallel_info = lambda addr: addr in self.mgr.prefill_info_table
         self.req: List[Any] = [None] * n
         self.answer: List[Optional[int]] = [None] * n
+        self.cause: List[Optional[str]] = [None] * n
         self.rejected = [False] * n
         self.echoed: set = set()
         self.seen = [False] * n
@@ -229,7 +244,7 @@ class DecodeRank:
         self.retracting: set = set()  # retracted, not yet back at decode's door
         self.inbox: List[List[bytes]] = []  # what prefill's managers sent it
         s = adapter.prealloc_scheduler()
-        s.output_streamer = rig._stream_spy(self.answer, self.req)
+        s.output_streamer = rig._stream_spy(self.answer, self.req, self.cause)
         s.metrics_reporter = types.SimpleNamespace(enable_metrics=False)
         s.batch_result_processor = mock.MagicMock()
         s.spec_algorithm = types.SimpleNamespace(is_none=lambda: True, is_eagle=lambda: False)
@@ -261,7 +276,7 @@ class DecodeRank:
         s.disagg_decode_transfer_queue = tq
         s.chunked_req = None
         s.tree_cache = q.tree_cache
-        rig._abort_side(s, du.DisaggregationMode.DECODE, self.answer, self.req, self.echoed)
+        rig._abort_side(s, du.DisaggregationMode.DECODE, self.answer, self.req, self.echoed, self.cause)
         self.sched, self.queue, self.tq = s, q, tq
 
     def stage(self, r: int) -> str:
@@ -335,15 +350,17 @@ class Rig:
             rank.start_worker()
 
     # ---------------------------------------------------------------- setup
-    def _stream_spy(self, answers: List[Optional[int]], reqs: List[Any]):
+    def _stream_spy(self, answers: List[Optional[int]], reqs: List[Any],
+                    causes: List[Optional[str]]):
         def stream_output(out, *args, **kwargs):
             for req in out:
                 r = _rid_in(reqs, req)
                 if r is not None and req.finished() and answers[r] is None:
                     answers[r] = _status(req.finished_reason)
+                    causes[r] = _cause(req.finished_reason)
         return types.SimpleNamespace(stream_output=stream_output)
 
-    def _abort_side(self, s, mode, answers, reqs, echoed):
+    def _abort_side(self, s, mode, answers, reqs, echoed, causes):
         """What the real ``abort_request`` reads on a scheduler: the echo to
         the tokenizer manager is a spy that records the answer."""
         s.disaggregation_mode = mode
@@ -360,6 +377,7 @@ class Rig:
                 # an abort echo (method 1): the tokenizer manager finishes
                 # the request as an abort (tm 19:3203-3209)
                 answers[r] = "error"
+                causes[r] = "client"
                 echoed.add(r)
         s.ipc_channels = types.SimpleNamespace(
             send_to_tokenizer=types.SimpleNamespace(send_output=send_output))
@@ -1139,7 +1157,10 @@ class Rig:
         return {"room_left": left, "room_on_wire": wire, "landed": landed,
                 "held_without_ack": self._held_without_ack(),
                 "commit": self.last_commit,
-                "abort_reached": {k: sorted(v) for k, v in self.abort_reached.items()}}
+                "abort_reached": {k: sorted(v) for k, v in self.abort_reached.items()},
+                # the cause each worker's first answer gives, one value over its ranks
+                "cause": {"p": [_one([k.cause[r] for k in self.P]) for r in range(self.n)],
+                          "d": [_one([k.cause[r] for k in self.D]) for r in range(self.n)]}}
 
     def _held_without_ack(self) -> List[bool]:
         """Per request: some decode rank holds it for a drain ack that some

@@ -421,6 +421,23 @@ def _abort_not_honoured(steps, prev: dict, final: dict, facts: dict) -> Optional
     return forward and "abort" not in (before["to_finish"], before["finished"])
 
 
+def _wrong_cause(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
+    """The last step gave a worker's first answer for a request (a scan
+    answers several), and the cause its real finish reason tells
+    (``tracerig._cause``) is not one that worker was given
+    (``properties._causes``: its intake rejected the request, the client's
+    abort reached it; otherwise failure or done)."""
+    for side in ("p", "d"):
+        for r, (before, after) in enumerate(zip(prev[side], final[side])):
+            if before["answer"] is not None or after["answer"] is None:
+                continue
+            told = (("reject",) if after["rejected"] else ()) + (
+                ("client",) if r in facts["abort_reached"][side] else ())
+            if facts["cause"][side][r] not in (told or ("failure", "done")):
+                return True
+    return False
+
+
 def _foreign_commit(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
     """The last step committed the request on metadata of another room, or
     with reserved pages its transfer did not write (read on the real slot
@@ -506,6 +523,7 @@ READERS = {"no-foreign-kv-read": _foreign_read,
            "aborted-not-preallocated": _aborted_preallocated,
            "reject-acquires-nothing": _rejected_acquired,
            "client-abort-honoured": _abort_not_honoured,
+           "answer-matches-cause": _wrong_cause,
            "metadata-integrity": _foreign_commit,
            "commit-after-all-ranks": _commit_before_all_ranks,
            "ranks-stay-in-step": _ranks_split,

@@ -137,13 +137,18 @@ class LateEffect(Event):
 
 @attrs.frozen
 class Stream(Event):
-    """A worker sends the request's final answer with HTTP ``status``."""
+    """A worker sends the request's final answer with HTTP ``status``; its
+    finish reason tells the client the ``cause`` (``Finish.cause``: client,
+    reject, failure, done)."""
 
     kind: ClassVar[str] = "stream"
     status: int
+    cause: str = "done"
 
     def describe(self) -> str:
-        return f"{self.side} answers {self.status}"
+        what = {"client": "the client's abort", "reject": "a rejection",
+                "failure": "a failure", "done": "completion"}.get(self.cause, self.cause)
+        return f"{self.side} answers {self.status} ({what})"
 
 
 @attrs.frozen

@@ -39,8 +39,6 @@ def _has_door(rel: Release, sc: Scenario) -> bool:
                 and rel.decode_door is g.decode_door_admit_all)
 
 
-
-
 # ------------------------------------------------------------------ safety
 
 prop(
@@ -191,6 +189,38 @@ prop(
          "then finds nothing to reach).",
     transition=every((ev.Stream, ev.Acquire, ev.Read), _abort_honoured),
     applies=lambda rel, sc: _aborts(sc),
+)
+
+
+def _causes(s: State, side: str, r: int) -> Tuple[str, ...]:
+    """The causes (``Finish.cause``) a worker's answer for request ``r`` may
+    give, from what that worker's scheduler had seen: its intake's rejection
+    (400), the client's abort reaching it (the abort's own verdict), either
+    where both happened; else a failure or completion (whose pages
+    ``no-foreign-kv-read`` checks)."""
+    req = s.p[r] if side == "prefill" else s.d[r]
+    told = ("reject",) * req.rejected + ("client",) * _abort_reached(s, side, r)
+    return told or ("failure", "done")
+
+
+def _answer_matches_cause(e, pre, post) -> bool:
+    """Only a worker's first answer reaches the client (the tokenizer manager
+    forgets the request at it); what the worker was given is read after the
+    step, which may itself be the abort that answers (method 1)."""
+    req = pre.p[e.rid] if e.side == "prefill" else pre.d[e.rid]
+    return req.answer is not None or e.cause in _causes(post, e.side, e.rid)
+
+
+prop(
+    name="answer-matches-cause", kind="always", ref="A1",
+    gate="lifetime", on_violation="warn",
+    text="Each worker's first answer names the cause its scheduler was given: a request "
+         "rejected at that worker's intake is answered with the rejection (400 and its "
+         "message), a request whose client's abort reached that worker with the abort's own "
+         "verdict (not a transfer or bootstrap failure's 500, which the HTTP layer reports as a "
+         "server error, and not a success), and no other request with a rejection or an abort "
+         "it was not given.",
+    transition=every(ev.Stream, _answer_matches_cause),
 )
 
 # ------------------------------------------- lifetime and ownership (#3)

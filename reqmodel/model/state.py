@@ -34,17 +34,43 @@ class KVPoll(enum.IntEnum):
 
 @attrs.frozen(order=True)
 class Finish:
-    """A finish reason: ``FINISH_ABORT(status)`` or ``FINISH_LENGTH(0)``."""
+    """A finish reason: ``FINISH_ABORT(message, status)`` or ``FINISH_LENGTH(0)``.
+
+    ``why`` is the kind of message the code builds where it is not the
+    status alone: ``"client"`` for the verdict of the client's abort
+    (``abort_request``'s ``FINISH_ABORT()``, the waiting timeout's message),
+    whose status on 0.5.19 (500) equals a failure's.  Empty for the others:
+    an intake rejection (400), a failure (``prepare_abort``, 500), a length
+    finish (200).  Left out of a trace file while empty."""
 
     kind: str  # "abort" | "length"
     status: int  # HTTP status the client sees for this reason
+    why: str = attrs.field(default="", metadata={"itf_omit_default": True})
 
     @property
     def is_abort(self) -> bool:
         return self.kind == "abort"
 
+    @property
+    def cause(self) -> str:
+        """What this reason tells the client ended the request: ``client``
+        (its own abort), ``reject`` (intake), ``failure`` (a transfer,
+        bootstrap or timeout failure), ``done`` (completion)."""
+        if not self.is_abort:
+            return "done"
+        if self.why:
+            return self.why
+        return "reject" if self.status == 400 else "failure"
+
     def __str__(self) -> str:
-        return f"FINISH_ABORT({self.status})" if self.is_abort else "FINISH_LENGTH(0)"
+        if not self.is_abort:
+            return "FINISH_LENGTH(0)"
+        return f"FINISH_ABORT({self.status}" + (", the client's abort)" if self.why == "client" else ")")
+
+
+def client_abort(status: int) -> Finish:
+    """The verdict ``abort_request`` gives a request of the client's abort."""
+    return Finish("abort", status, "client")
 
 
 ABORT_400 = Finish("abort", 400)  # intake reject (validate_input_length)

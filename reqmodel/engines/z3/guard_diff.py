@@ -27,7 +27,7 @@ import z3
 from reqmodel import messages, usercode
 from reqmodel.model import guards as g
 from reqmodel.model.releases import RELEASES
-from reqmodel.model.state import ABORT_400, ABORT_500, LENGTH, Finish
+from reqmodel.model.state import ABORT_400, ABORT_500, LENGTH, Finish, client_abort
 
 MAX_PATHS = 20_000
 
@@ -48,7 +48,7 @@ def _finishes() -> Tuple[Optional[Finish], ...]:
     and each release's client-abort status."""
     out = [None, ABORT_400, ABORT_500, LENGTH]
     for r in RELEASES.values():
-        f = Finish("abort", r.client_abort_status)
+        f = client_abort(r.client_abort_status)
         if f not in out:
             out.append(f)
     return tuple(out)

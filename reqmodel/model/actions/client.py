@@ -74,7 +74,7 @@ def p_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
         s = set_p(p_free_metadata(s, r), r, stage=PStage.GONE, finished_reason=c.abort_status,
                   pending_bootstrap=False if c.release.p_waiting_abort_releases_all
                   else req.pending_bootstrap, cache_handle=False)
-        s, ev2 = stream_p(s, r, c.abort_status.status)
+        s, ev2 = stream_p(s, r, c.abort_status)
         return s, evs + ev2
     if req.stage in (PStage.BOOTSTRAP, PStage.INFLIGHT):
         return sender_abort(c, s, r), ()
@@ -132,11 +132,11 @@ def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     if req.stage is DStage.WAITING:
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=c.abort_status,
                   cache_handle=False, session_slot=False)
-        return stream_d(s, r, c.abort_status.status)
+        return stream_d(s, r, c.abort_status)
     if req.stage is DStage.RETRACTED:  # discard_kv_cache_backup, then the abort
         s = set_d(s, r, stage=DStage.GONE, retraction_backup=False,
                   finished_reason=c.abort_status, cache_handle=False, session_slot=False)
-        s, evs = stream_d(s, r, c.abort_status.status)
+        s, evs = stream_d(s, r, c.abort_status)
         return s, (Release(r, "decode", "backup", req.retraction_backup),) + evs
     return set_d(s, r, to_finish=c.abort_status), ()
 

@@ -13,8 +13,9 @@ from reqmodel.model import clocks, processes
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
 from reqmodel.model.events import Event
-from reqmodel.model.state import (DRAFTING, DecodeReq, DRoom, DStage, Finish, MetaSlot, MsgKind,
-                                  Page, PrefillReq, PStage, replace, Room, State)
+from reqmodel.model.state import (DRAFTING, client_abort, DecodeReq, DRoom, DStage, Finish,
+                                  MetaSlot, MsgKind, Page, PrefillReq, PStage, replace, Room,
+                                  State)
 
 
 @attrs.frozen
@@ -81,7 +82,7 @@ class Ctx:
 
     @property
     def abort_status(self) -> Finish:
-        return Finish("abort", self.release.client_abort_status)
+        return client_abort(self.release.client_abort_status)
 
 
 Effect = Tuple[State, Tuple[Event, ...]]

@@ -49,12 +49,12 @@ def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
                   **run_retire_cleanup(c, req, rel.retire_cleanup))
         evs = (DoorRetire(r, "decode", reentering),)
         if "stream" in rel.retire_cleanup:
-            s, ev2 = stream_d(s, r, (s.d[r].finished_reason or ABORT_400).status)
+            s, ev2 = stream_d(s, r, s.d[r].finished_reason or ABORT_400)
             evs += ev2
         return s, evs
     if req.origin_pages > c.scenario.decode.pool_pages:
         s = set_d(s, r, stage=DStage.GONE, finished_reason=ABORT_400, door_flag=None)
-        return stream_d(s, r, 400)
+        return stream_d(s, r, ABORT_400)
     if is_retracted:
         return set_d(s, r, stage=DStage.RETRACTED, door_flag=None), ()
     s, polled = receiver_init(c, s, r)
@@ -95,7 +95,7 @@ def drop_scanned(c: Ctx, s: State, drops: List[int]) -> Effect:
                   else ABORT_500)
         s = set_d(receiver_clear(c, s, u), u, stage=DStage.GONE, finished_reason=reason,
                   has_receiver=False, cache_handle=False, session_slot=False)
-        s, ev = stream_d(s, u, reason.status)
+        s, ev = stream_d(s, u, reason)
         evs += ev
     return s, evs
 
@@ -369,7 +369,7 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
             return s, (Commit(r, "decode", room_id(c, r), counted, c.scenario.prefill.ranks),)
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=refused,
                   cache_handle=False, session_slot=False)
-        s, evs = stream_d(s, r, refused.status)
+        s, evs = stream_d(s, r, refused)
         if slot.room != 0:  # room 0 is "not ready", not a corruption
             evs = (CorruptionAbort(r, "decode", "room"),) + evs
         return s, evs
@@ -377,7 +377,7 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     # entry is popped now, whoever else uses the room (dc 19:2284, 21:2657,
     # 22:2764, 23:2870; cc 23:2944-2946)
     s = set_d(receiver_clear(c, s, r), r, finished_reason=ABORT_500, receiver_state=KVPoll.Failed)
-    s, evs = stream_d(s, r, 500)
+    s, evs = stream_d(s, r, ABORT_500)
     holders: Tuple[int, ...] = ()
     if c.deferred:
         if c.release.hold_unnotified:  # ensure_abort_notified(force_arm=True) (dc 21:2692)
@@ -448,7 +448,7 @@ def d_attend(c: Ctx, s: State, r: int, arg=()) -> Effect:
     if req.expected_checksum is not None and _d_digest(c, s, r) != req.expected_checksum:
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=ABORT_500,
                   cache_handle=False, session_slot=False)
-        s, evs = stream_d(s, r, 500)
+        s, evs = stream_d(s, r, ABORT_500)
         return s, (CorruptionAbort(r, "decode", "checksum"),) + evs
     foreign = tuple(p for p in req.pages if s.d_pages[p].foreign_to(r))
     once = c.release.checksum is None or c.release.checksum.once
@@ -470,7 +470,7 @@ def d_respond(c: Ctx, s: State, r: int, arg=()) -> Effect:
     reason = req.to_finish if req.to_finish is not None else (req.finished_reason or LENGTH)
     s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=reason, to_finish=None,
               cache_handle=False, session_slot=False)
-    return stream_d(s, r, reason.status, own=None if reason.is_abort else not req.read_foreign)
+    return stream_d(s, r, reason, own=None if reason.is_abort else not req.read_foreign)
 
 
 def _retractable(c, s, r):

@@ -42,13 +42,13 @@ def p_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
         s = set_p(s, r, stage=PStage.GONE, **run_retire_cleanup(c, req, rel.retire_cleanup))
         evs = (DoorRetire(r, "prefill", reentering),)
         if "stream" in rel.retire_cleanup:
-            s, ev2 = stream_p(s, r, (s.p[r].finished_reason or ABORT_400).status)
+            s, ev2 = stream_p(s, r, s.p[r].finished_reason or ABORT_400)
             evs += ev2
         return s, evs
     limit = rel.sender_capacity.limit(c.scenario)
     if req.origin_pages > limit:
         s = set_p(s, r, stage=PStage.GONE, finished_reason=ABORT_400)
-        return stream_p(s, r, 400)
+        return stream_p(s, r, ABORT_400)
     s = set_p(s, r, stage=PStage.BOOTSTRAP, has_sender=True, pending_bootstrap=True)
     for q in pranks(c):  # one sender per prefill rank
         s = update_status(c, s, r, KVPoll.Bootstrapping, q)
@@ -109,7 +109,7 @@ def handle_bootstrap_failure(c: Ctx, s: State, r: int) -> Effect:
     s, evs = p_release_kv(c, s, r, unconditional=False)
     s = set_p(p_free_metadata(s, r), r, pending_bootstrap=False, finished_reason=ABORT_500,
               stage=PStage.GONE, cache_handle=False, concluded=KVPoll.Failed)
-    s, ev2 = stream_p(s, r, 500)
+    s, ev2 = stream_p(s, r, ABORT_500)
     return s, evs + ev2
 
 
@@ -252,7 +252,7 @@ def p_chunked_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     s = set_p(p_free_metadata(s, r), r, finished_reason=c.abort_status, to_finish=None,
               pending_bootstrap=False, pending_chunked_abort=False, stage=PStage.GONE,
               cache_handle=False)
-    s, ev2 = stream_p(s, r, c.abort_status.status)
+    s, ev2 = stream_p(s, r, c.abort_status)
     return s, evs + ev2
 
 
@@ -343,7 +343,7 @@ def p_result(c: Ctx, s: State, r: int, arg=()) -> Effect:
         elif decision == g.RETIRE:
             s, evs, retired = retire_aborted_prefill_result(c, s, r)
             if retired:
-                s, ev2 = stream_p(s, r, s.p[r].finished_reason.status)
+                s, ev2 = stream_p(s, r, s.p[r].finished_reason)
                 evs += ev2
         elif decision == g.SEND and not req.pending_bootstrap:
             s, evs = send_kv_chunk(c, s, r, end)
@@ -353,7 +353,7 @@ def p_result(c: Ctx, s: State, r: int, arg=()) -> Effect:
         if c.release.final_result(req):
             s, evs, retired = retire_aborted_prefill_result(c, s, r)
             if retired:
-                s, ev2 = stream_p(s, r, s.p[r].finished_reason.status)
+                s, ev2 = stream_p(s, r, s.p[r].finished_reason)
                 evs += ev2
         else:
             # output token, maybe_cache_unfinished_req (pf 19:762): needs ownership
@@ -475,13 +475,13 @@ def p_inflight(c: Ctx, s: State, r: int, arg=()) -> Effect:
         s = set_p(s, r, finished_reason=reason)
         s, evs = p_release_kv(c, s, r, unconditional=True)
         s = sender_clear(c, s, r)
-        s, ev2 = stream_p(s, r, reason.status)
+        s, ev2 = stream_p(s, r, reason)
         s = set_p(p_free_metadata(s, r), r, stage=PStage.GONE, cache_handle=False)
         return s, evs + ev2
     s = failure_exception(c, s, r)
     s, evs = p_release_kv(c, s, r, unconditional=True)
     if not (req.finished_reason is not None and req.finished_reason.is_abort):
         s = set_p(s, r, finished_reason=ABORT_500)
-    s, ev2 = stream_p(s, r, s.p[r].finished_reason.status)
+    s, ev2 = stream_p(s, r, s.p[r].finished_reason)
     s = set_p(p_free_metadata(s, r), r, stage=PStage.GONE, cache_handle=False)
     return s, evs + ev2

@@ -10,7 +10,7 @@ from typing import Optional, Tuple
 
 from reqmodel.model.events import Crash, Release, Stream
 from reqmodel.model.actions.core import Ctx, Event, SchedulerDied, set_d, set_p
-from reqmodel.model.state import ABORT_400, State
+from reqmodel.model.state import ABORT_400, Finish, State
 
 
 def p_release_kv(c: Ctx, s: State, r: int, unconditional: bool) -> Tuple[State, Tuple[Event, ...]]:
@@ -34,17 +34,21 @@ def p_free_metadata(s: State, r: int) -> State:
     return set_p(s, r, holds_metadata=False)
 
 
-def stream_p(s: State, r: int, status: int) -> Tuple[State, Tuple[Event, ...]]:
+def stream_p(s: State, r: int, reason: Finish) -> Tuple[State, Tuple[Event, ...]]:
+    """``stream_output`` of prefill's final answer for ``reason``: the first
+    one's status is what the client (through the router) gets."""
     req = s.p[r]
-    s = set_p(s, r, answer=status if req.answer is None else req.answer)
-    return s, (Stream(r, "prefill", status),)
+    s = set_p(s, r, answer=reason.status if req.answer is None else req.answer)
+    return s, (Stream(r, "prefill", reason.status, reason.cause),)
 
 
-def stream_d(s: State, r: int, status: int, own: Optional[bool] = None) -> Tuple[State, Tuple[Event, ...]]:
+def stream_d(s: State, r: int, reason: Finish,
+             own: Optional[bool] = None) -> Tuple[State, Tuple[Event, ...]]:
+    """``stream_output`` of decode's final answer for ``reason``."""
     req = s.d[r]
     if req.answer is None:
-        s = set_d(s, r, answer=status, own_data=own)
-    return s, (Stream(r, "decode", status),)
+        s = set_d(s, r, answer=reason.status, own_data=own)
+    return s, (Stream(r, "decode", reason.status, reason.cause),)
 
 
 def promote(req) -> dict:
