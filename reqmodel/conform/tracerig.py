@@ -156,7 +156,8 @@ class PrefillRank:
         s.waiting_queue = []
         s.last_batch = types.SimpleNamespace(reqs=[])  # launched, result not processed
         s.running_batch = types.SimpleNamespace(reqs=[])
-        rig._abort_side(s, du.DisaggregationMode.PREFILL, self.answer, self.req, self.echoed, self.cause)
+        rig._abort_side(s, du.DisaggregationMode.PREFILL, self.answer, self.req, self.echoed,
+                        self.cause)
         self.sched = s
         self.worker_thread: Optional[threading.Thread] = None
         self.worker_dead = False  # its thread raised out of transfer_worker
@@ -276,7 +277,8 @@ class DecodeRank:
         s.disagg_decode_transfer_queue = tq
         s.chunked_req = None
         s.tree_cache = q.tree_cache
-        rig._abort_side(s, du.DisaggregationMode.DECODE, self.answer, self.req, self.echoed, self.cause)
+        rig._abort_side(s, du.DisaggregationMode.DECODE, self.answer, self.req, self.echoed,
+                        self.cause)
         self.sched, self.queue, self.tq = s, q, tq
 
     def stage(self, r: int) -> str:

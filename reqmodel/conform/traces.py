@@ -21,7 +21,7 @@ from reqmodel.conform import drive_traces
 from reqmodel.model.actions import kvmanager
 from reqmodel.model.actions.core import Ctx
 from reqmodel.model.releases import Release
-from reqmodel.model.state import DStage, KVPoll, PStage
+from reqmodel.model.state import causes_told, DStage, KVPoll, PStage
 
 PAGE = 16
 _P_STAGES = {PStage.ABSENT: "absent", PStage.DOOR: "door", PStage.BOOTSTRAP: "bootstrap",
@@ -424,16 +424,14 @@ def _abort_not_honoured(steps, prev: dict, final: dict, facts: dict) -> Optional
 def _wrong_cause(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
     """The last step gave a worker's first answer for a request (a scan
     answers several), and the cause its real finish reason tells
-    (``tracerig._cause``) is not one that worker was given
-    (``properties._causes``: its intake rejected the request, the client's
-    abort reached it; otherwise failure or done)."""
+    (``tracerig._cause``) is not one that worker was given (``causes_told``,
+    as the property asks it of the model's states)."""
     for side in ("p", "d"):
         for r, (before, after) in enumerate(zip(prev[side], final[side])):
             if before["answer"] is not None or after["answer"] is None:
                 continue
-            told = (("reject",) if after["rejected"] else ()) + (
-                ("client",) if r in facts["abort_reached"][side] else ())
-            if facts["cause"][side][r] not in (told or ("failure", "done")):
+            told = causes_told(after["rejected"], r in facts["abort_reached"][side])
+            if facts["cause"][side][r] not in told:
                 return True
     return False
 

@@ -22,7 +22,7 @@ from reqmodel.model.actions import Ctx, enabled, timeout_armed
 from reqmodel.model.property import WAITS, Every, Kind, Property, every  # noqa: F401
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
-from reqmodel.model.state import DStage, KVPoll, PStage, State
+from reqmodel.model.state import causes_told, DStage, KVPoll, PStage, State
 
 
 CATALOG: Dict[str, Property] = {}
@@ -193,14 +193,10 @@ prop(
 
 
 def _causes(s: State, side: str, r: int) -> Tuple[str, ...]:
-    """The causes (``Finish.cause``) a worker's answer for request ``r`` may
-    give, from what that worker's scheduler had seen: its intake's rejection
-    (400), the client's abort reaching it (the abort's own verdict), either
-    where both happened; else a failure or completion (whose pages
-    ``no-foreign-kv-read`` checks)."""
+    """What that worker's scheduler had seen (``causes_told``); a failure or
+    a completion's pages are ``no-foreign-kv-read``'s."""
     req = s.p[r] if side == "prefill" else s.d[r]
-    told = ("reject",) * req.rejected + ("client",) * _abort_reached(s, side, r)
-    return told or ("failure", "done")
+    return causes_told(req.rejected, _abort_reached(s, side, r))
 
 
 def _answer_matches_cause(e, pre, post) -> bool:

@@ -32,6 +32,12 @@ class KVPoll(enum.IntEnum):
     Success = 4
 
 
+# A field marked ITF_OMIT is left out of a trace file while it has its default
+# value: it only matters in some scenarios (several prefill ranks, a client
+# abort), and other traces keep the shape they had before it was modelled.
+ITF_OMIT = {"itf_omit_default": True}
+
+
 @attrs.frozen(order=True)
 class Finish:
     """A finish reason: ``FINISH_ABORT(message, status)`` or ``FINISH_LENGTH(0)``.
@@ -45,7 +51,7 @@ class Finish:
 
     kind: str  # "abort" | "length"
     status: int  # HTTP status the client sees for this reason
-    why: str = attrs.field(default="", metadata={"itf_omit_default": True})
+    why: str = attrs.field(default="", metadata=ITF_OMIT)
 
     @property
     def is_abort(self) -> bool:
@@ -65,12 +71,23 @@ class Finish:
     def __str__(self) -> str:
         if not self.is_abort:
             return "FINISH_LENGTH(0)"
-        return f"FINISH_ABORT({self.status}" + (", the client's abort)" if self.why == "client" else ")")
+        whose = ", the client's abort" if self.why == "client" else ""
+        return f"FINISH_ABORT({self.status}{whose})"
 
 
 def client_abort(status: int) -> Finish:
     """The verdict ``abort_request`` gives a request of the client's abort."""
     return Finish("abort", status, "client")
+
+
+def causes_told(rejected: bool, aborted: bool) -> Tuple[str, ...]:
+    """The causes (``Finish.cause``) a worker's first answer may give when
+    its intake did (not) reject the request and the client's abort did
+    (not) reach it: either of those that happened, else a failure or
+    completion.  ``answer-matches-cause`` on the model's states and the
+    trace rig's reader on the real objects both ask this."""
+    told = (("reject",) if rejected else ()) + (("client",) if aborted else ())
+    return told or ("failure", "done")
 
 
 ABORT_400 = Finish("abort", 400)  # intake reject (validate_input_length)
@@ -104,12 +121,6 @@ class DStage(enum.Enum):
     RETRACTED = "retracted"  # retracted_queue, host backup only
     HELD = "held"  # deferred release: failed, still holding pages until ack/timeout
     GONE = "gone"
-
-
-# A field marked ITF_OMIT is left out of a trace file while it has its default
-# value: it only matters in some scenarios (several prefill ranks, a client
-# abort), and other traces keep the shape they had before it was modelled.
-ITF_OMIT = {"itf_omit_default": True}
 
 
 @attrs.frozen(cache_hash=True)
