@@ -489,6 +489,20 @@ ESTABLISHED = {
         ("req-waiting-timeout", ["H", "H", "H", "H", "H"]),
         ("transfer-failure", ["H", "H", "H", "H", "H"]),
         ("two-valid", ["H", "H", "H", "H", "H"]))},
+    # a streaming session's in-flight mark (notes/verdicts.md, "What a
+    # session is left with"): cleared only through release_kv_cache on a
+    # request holding KV, the door's retire (0.5.21+) and
+    # _release_aborted_request (0.5.22+); a client's abort in decode's
+    # prealloc queue (and before 0.5.22 prefill's bootstrap queue) ends the
+    # request without KV and leaves it set; 0.5.19's session requests are not
+    # PD requests (not applicable)
+    **{("session-mark-released", sc): cells for sc, cells in (
+        ("pause-abort", ["-", "F4", "F4", "F4", "F4"]),
+        ("pause-abort-overlap", ["-", "F4", "F4", "F4", "F4"]),
+        ("retract-abort", ["-", "F4", "F4", "F4", "F4"]),
+        ("incident", ["-", "H", "H", "H", "H"]),
+        ("both-reject", ["-", "H", "H", "H", "H"]),
+        ("decode-reject", ["-", "H", "H", "H", "H"]))},
     ("valid-request-completes", "req-waiting-timeout"): ["R16", "R16", "R16", "R16", "R16"],
 }
 
@@ -517,6 +531,17 @@ MUTANT_CELLS = {
     # 0.5.23 without 0.5.20's abort check on the final result: the retired
     # request's late result reaches release_kv_cache's assertion
     ("unchecked-final-result", "no-scheduler-crash", "late-result-unit"): "F",
+    # the fix session-turn-left-in-flight asks for: every exit without KV
+    # also ends the streaming session's turn, and the property holds where
+    # 0.5.23 fails it
+    ("session-abort-on-every-exit", "session-mark-released", "pause-abort"): "H",
+    ("session-abort-on-every-exit", "session-mark-released", "retract-abort"): "H",
+    # the fix client-abort-answered-as-failure asks for: a handoff queue's
+    # entry gets the abort's own verdict, which the failure paths keep (a
+    # pause that loses the abort, abort-lost-while-paused, still fails it)
+    ("abort-verdict-kept", "answer-matches-cause", "abort-reaches-decode"): "H",
+    ("abort-verdict-kept", "answer-matches-cause", "abort-reaches-prefill"): "H",
+    ("abort-verdict-kept", "answer-matches-cause", "transfer-worker-dies-abort"): "H",
 }
 
 

@@ -104,3 +104,27 @@ def test_holds_where_no_abort_or_rejection_can_happen(name):
     assert not sc.events.client_abort and not sc.events.req_waiting_timeout
     v = explore.explore(releases.get("0.5.21"), sc, [AMC]).verdicts[AMC.name]
     assert v.verdict == "holds"
+
+
+@pytest.mark.parametrize("name", ["abort-reaches-decode", "abort-reaches-prefill"])
+def test_the_fix_answers_the_client_s_abort_as_the_abort(name):
+    """The proposal ``abort-verdict-kept`` (0.5.23 whose ``abort_request``
+    gives a handoff queue's entry the abort's own verdict, kept by the
+    failure paths) makes the property hold where 0.5.23 fails it; the
+    failure itself is still the next scan's (the same four steps end the
+    request)."""
+    from reqmodel.proposals.mutants import MUTANTS
+    fixed = MUTANTS["abort-verdict-kept"]
+    assert fixed.handoff_abort_keeps_verdict
+    assert not any(releases.get(r).handoff_abort_keeps_verdict for r in RELEASES)
+    v = explore.explore(fixed, scenario.builtin(name), [AMC]).verdicts[AMC.name]
+    assert v.verdict == "holds"
+    side = "d" if name.endswith("decode") else "p"
+    ctx = Ctx(fixed, scenario.builtin(name))
+    steps = ((Step("d_intake", 0), Step("d_door", 0), Step("d_abort", 0), Step("d_prealloc_drop", 0))
+             if side == "d" else
+             (Step("p_intake", 0), Step("p_door", 0), Step("p_abort", 0),
+              Step("p_pop_bootstrapped", 0)))
+    s = run_steps(ctx, steps)
+    req = s.d[0] if side == "d" else s.p[0]
+    assert req.finished_reason.cause == "client" and req.answer != 200

@@ -416,3 +416,21 @@ def test_transfer_timeout_above_the_deferral_reaches_the_probes_and_the_findings
         "0.5.21", "decode", base, ["decode:SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT=60"]))
     assert st.timeouts == (("MC_TRANSFER_TIMEOUT", 300.0),
                            ("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT", 60.0))
+
+
+def test_streaming_sessions_are_checked_only_when_assumed(tmp_path):
+    """A session's in-flight mark is nothing a request owns unless clients
+    use streaming sessions: with --assume streaming-sessions lifetime warns
+    the turn an abort in decode's prealloc queue leaves in flight
+    (session-turn-left-in-flight); without it no probe sends a session
+    request."""
+    base = "--context-length 8192 --max-total-tokens 100000"
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "on").mkdir()
+    plain = audit(tmp_path / "plain", "0.5.22", base, base)
+    assert not [f for f in gate(plain, "lifetime")["findings"]
+                if f["property"] == "session-mark-released"]
+    data = audit(tmp_path / "on", "0.5.22", base, base, "--assume", "streaming-sessions")
+    (found,) = [f for f in gate(data, "lifetime")["findings"]
+                if f["property"] == "session-mark-released"]
+    assert found["verdict"] == "warn" and found["finding"] == "session-turn-left-in-flight"

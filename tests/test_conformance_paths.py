@@ -142,3 +142,22 @@ def test_a_client_abort_answered_as_a_failure_is_read_on_the_real_code():
              for rel in RELEASES for side in ("decode", "prefill")]
     got = traces_mod.run(ROOT, paths)
     assert [r.reproduced for r in got] == [True] * len(paths)
+
+
+def test_a_session_mark_left_set_is_read_on_the_real_code():
+    """``session-mark-released`` on the real objects: each request carries a
+    real streaming ``Session`` whose turn is in flight, and the real scans
+    and aborts decide what reaches ``finish_req`` / ``abort_req`` (the rig's
+    stand-in for ``release_kv_cache`` calls them only for a request holding
+    KV, as the real call does).  On every release with PD session requests
+    the client's abort in decode's prealloc queue (before 0.5.22 also in
+    prefill's bootstrap queue) leaves the mark set.  Every corpus trace of a
+    scenario with sessions compares the mark at each step as well
+    (``traces.project``)."""
+    import pathlib
+    corpus = pathlib.Path(__file__).resolve().parent.parent / "counterexamples"
+    rels = [r for r in RELEASES if releases.get(r).pd_session_requests]
+    paths = [str(corpus / rel / f"session-mark-released-{name}.itf.json")
+             for rel in rels for name in ("pause-abort", "retract-abort")]
+    got = traces_mod.run(ROOT, paths)
+    assert [r.reproduced for r in got] == [True] * len(paths), [r.divergence for r in got]

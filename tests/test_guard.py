@@ -203,7 +203,10 @@ def test_guard_check_leads_with_the_answer(tmp_path):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0].startswith("proposal ")
-    assert lines[1].startswith("BROKEN: 2, fixed: 1, still violated: 3, still hold: ")
+    # still violated: 0.5.20's three, and session-mark-released on
+    # retract-abort (a client abort in decode's prealloc queue, which no
+    # door decides)
+    assert lines[1].startswith("BROKEN: 2, fixed: 1, still violated: 4, still hold: ")
     body = r.stdout[:r.stdout.index("unchanged:")]
     assert body.index("│ broken") < body.index("│ fixed")
     assert "still-violated" not in body and "still-holds" not in body
@@ -253,12 +256,13 @@ def test_a_property_the_proposal_makes_inapplicable_is_not_called_fixed(tmp_path
     assert rows["drain-ack-releases-hold"].base_verdict == "holds"
     assert rows["drain-ack-releases-hold"].change == "no-longer-applies"
     assert rows["reentry-can-resume"].change == "not-applicable"
+    assert rows["session-mark-released"].change == "not-applicable"  # no sessions
     assert rows["no-foreign-kv-read"].change == "still-violated"
     assert not [r for r in rows.values() if r.change == "fixed"]
     r = run("guard", "check", str(path), "--scenario", "inflight-reuse", "--no-cost",
             "--out", str(tmp_path / "out"))
     assert r.returncode == 0, r.stderr
-    assert "no longer applies: " in r.stdout and "not applicable: 1" in r.stdout
+    assert "no longer applies: " in r.stdout and "not applicable: 2" in r.stdout
 
 
 def test_a_property_the_engine_cannot_decide_is_not_a_change(tmp_path):

@@ -55,7 +55,19 @@ ASSUMPTIONS: Dict[str, Tuple[Tuple[str, ...], str]] = {
     "worker-faults": (("transfer-worker-dies", "transfer-worker-dies-abort"),
                       "a prefill transfer worker thread may raise out of its loop (prefill logs "
                       "'Transfer thread failed'), its process running on"),
+    # no probe of its own: every probe's requests become turns of streaming
+    # sessions (``with_sessions``)
+    "streaming-sessions": ((), "clients open streaming sessions on the workers (/open_session "
+                               "with streaming=true) and send each turn as a PD request"),
 }
+
+
+def with_sessions(probes: List["Probe"], assume: Tuple[str, ...]) -> List["Probe"]:
+    """Each probe's requests are turns of streaming sessions only when the
+    operator says clients use them: a session's in-flight mark is otherwise
+    nothing a request owns."""
+    on = "streaming-sessions" in assume
+    return [attrs.evolve(pr, scenario=attrs.evolve(pr.scenario, sessions=on)) for pr in probes]
 # decode's heartbeat (cc 19:1083 ... 23:1998): how long it takes to declare a
 # prefill instance lost, read from decode's environment
 HEARTBEAT = ("SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL", "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE")

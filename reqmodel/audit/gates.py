@@ -344,7 +344,7 @@ def audit(rel: Release, p: Role, d: Role, assume: Tuple[str, ...],
                          "refuses them before its scheduler sees them, which the model does not "
                          "have; the other leg waits for its bootstrap or waiting timeout")
     traffic, tnotes = derive.traffic_probes(rel, p, d, st, assume)
-    probes.extend(traffic)
+    probes = derive.with_sessions(probes + traffic, assume)
     notes.extend(tnotes)
     model, violations = model_gates(rel, p, d, probes, out, workers, progress)
     extra = {"transfer-read": [checksum_finding(rel, p, d)], "lifetime": [

@@ -18,7 +18,8 @@ GATE_TEXT = {
                      "supported and verified",
     "lifetime": "pages are freed or reused only after in-flight writes end, deferred release is "
                 "on for both roles, nothing is held until a timeout, no scheduler dies, and "
-                "each answer names what ended the request",
+                "each answer names what ended the request, and a request's end frees its "
+                "streaming session for the next turn",
 }
 
 

@@ -182,13 +182,18 @@ class StreamSpy(Spy):
 
 def collaborators(s):
     """What both scheduler stand-ins hold: the stream spy, mocks for the tree
-    cache, beam coordinator and metrics, the one-rank groups."""
+    cache, beam coordinator and metrics, the one-rank groups, and the real
+    ``_release_aborted_request`` where the release has it (0.5.20+: the
+    tree cache's ``finish``, from 0.5.22 the streaming session's
+    ``abort_req``)."""
     s.output_streamer = types.SimpleNamespace(stream_output=StreamSpy())
     s.tree_cache = mock.MagicMock()
     s.beam_coordinator = mock.MagicMock()
     s.metrics_reporter = mock.MagicMock()
     s.metrics_collector = mock.MagicMock()
-    s._release_aborted_request = mock.MagicMock()
+    real = getattr(sch.Scheduler, "_release_aborted_request", None)
+    s._release_aborted_request = (mock.MagicMock() if real is None
+                                  else (lambda req: real(s, req)))
     s.enable_metrics = False
     s.scheduler_stage_metrics = None
     s.processed_tokens_counter = 0

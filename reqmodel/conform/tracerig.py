@@ -63,6 +63,7 @@ import torch
 
 import adapter
 import kvadapter
+from sglang.srt.session.session_controller import Session
 from adapter import dc, du, pf, sb, mu
 from kvadapter import mc
 from rigparts import (ADDR, PAGE, ROOM0, Diverged, Engine, Gate, Pool, _Closed, _naive_extend,
@@ -131,6 +132,7 @@ class PrefillRank:
         self.cause: List[Optional[str]] = [None] * n  # ... and its cause (_cause)
         # whether this rank's intake rejected the request (validate_input_length)
         self.rejected = [False] * n
+        self.session: List[Any] = [None] * n  # its streaming session (``_intake``)
         self.echoed: set = set()  # requests answered by an abort echo
         self.seen = [False] * n  # the request has been through the door
         self.inbox: List[List[bytes]] = []  # what reached its bootstrap server
@@ -239,6 +241,7 @@ class DecodeRank:
         self.answer: List[Optional[int]] = [None] * n
         self.cause: List[Optional[str]] = [None] * n
         self.rejected = [False] * n
+        self.session: List[Any] = [None] * n
         self.echoed: set = set()
         self.seen = [False] * n
         self.gone: set = set()
@@ -466,11 +469,13 @@ class Rig:
     def _p_release(self, req, *args, **kwargs):
         rank = self._rank_of_req(req)
         if rank is not None:
+            _end_session_turn(req)
             self._free(rank.pool, req)
 
     def _d_release(self, req, *args, **kwargs):
         rank = next((d for d in self.D if any(x is req for x in d.req)), None)
         if rank is not None:
+            _end_session_turn(req)
             self._free(rank.pool, req)
 
     def _either_release(self, req, *args, **kwargs):
@@ -501,6 +506,13 @@ class Rig:
                                            role["auto_truncate"])
             if err:
                 req.set_finish_with_abort(err)
+            if self.cfg.get("sessions"):
+                # a streaming session whose create_req accepted this turn:
+                # it sets the in-flight mark (SC 19:329, 20:343, 21:344,
+                # 22:344, 23:349) and the Req keeps the session
+                req.session = Session(1 << 20, f"s{r}", streaming=True)
+                req.session._inflight = True
+                rank.session[r] = req.session
             rank.req[r] = req
             rank.rejected[r] = bool(err)
 
@@ -1313,6 +1325,7 @@ class Rig:
                 "pages": each(lambda k: [] if k.req[r] is None else k.pool.model_pages(k.req[r]),
                               at),
                 "answer": each(lambda k: k.answer[r]), "rejected": each(lambda k: k.rejected[r]),
+                "session": each(lambda k: _in_flight(k.session[r])),
                 "crashed": self.crashed["d"][r],
                 "latched": _reduced([_latched(k.entry(r)) for k in self.D])
                 if stage == "transfer" and self._room_shared(r) else None}
@@ -1333,6 +1346,7 @@ class Rig:
                 "to_finish": each(lambda k: None if k.req[r] is None else _kind(k.req[r].to_finish)),
                 "finished": each(lambda k: k.finished(r)),
                 "answer": each(lambda k: k.answer[r]), "rejected": each(lambda k: k.rejected[r]),
+                "session": each(lambda k: _in_flight(k.session[r])),
                 "crashed": self.crashed["p"][r]}
 
     def observe(self) -> Dict[str, Any]:
@@ -1370,6 +1384,27 @@ _OWN_STEP = {"p": {"door": "p_door", "bootstrap": "p_pop_bootstrapped", "waiting
                    "forwarded": "p_result", "inflight": "p_inflight"},
              "d": {"door": "d_door", "prealloc": "d_prealloc", "transfer": "d_transferred",
                    "waiting": "d_attend", "running": "d_respond"}}
+
+
+def _in_flight(session) -> bool:
+    """The streaming session's in-flight mark (``Session._inflight``)."""
+    return bool(session is not None and session._inflight)
+
+
+def _end_session_turn(req) -> None:
+    """What ``release_kv_cache`` does to a streaming session's request that
+    holds KV, which the rig's own release stands in for: ``finish_req`` or,
+    for an abort, ``abort_req`` (0.5.19/0.5.20 ``cache_finished_req`` ->
+    ``try_cache_finished_req``, SS 19:298/319; 0.5.21+ through
+    ``claim_kv_row``, SS 21:303/324, 23:173/190); without KV the real call
+    returns before it (memc 19:257, 23:405)."""
+    session = getattr(req, "session", None)
+    if session is None or not session.streaming or req.kv.req_pool_idx is None:
+        return
+    if isinstance(req.finished_reason, sb.FINISH_ABORT):
+        session.abort_req()
+    else:
+        session.finish_req(req)
 
 
 def _rid_in(reqs: List[Any], req) -> Optional[int]:

@@ -54,11 +54,12 @@ def project(state, decode_ranks: int = 1) -> Dict[str, Any]:
     for r, (p, d) in enumerate(zip(state.p, state.d)):
         out["p"].append({"stage": _P_STAGES[p.stage], "to_finish": _kind(p.to_finish),
                          "finished": _kind(p.finished_reason), "answer": _answer(p.answer),
-                         "rejected": p.rejected, "crashed": p.crashed})
+                         "rejected": p.rejected, "session": p.session_slot,
+                         "crashed": p.crashed})
         out["d"].append({"stage": _D_STAGES[d.stage], "to_finish": _kind(d.to_finish),
                          "finished": _kind(d.finished_reason), "pages": list(d.pages),
                          "answer": _answer(d.answer), "rejected": d.rejected,
-                         "crashed": d.crashed,
+                         "session": d.session_slot, "crashed": d.crashed,
                          "latched": (_latched(d) if kvmanager.room_shared_on_decode(None, state, r)
                                      else None)})
         # with several prefill ranks: each rank's entry, and each rank's
@@ -129,6 +130,7 @@ def config(loaded, real: Release) -> Dict[str, Any]:
         "tokens": [tokens(p) for p in sc.prompt_pages],
         "room_of": [s0.room_slot(r) for r in range(sc.n)],
         "deferred": Ctx(real, sc).deferred,
+        "sessions": sc.sessions,
         "prefill": {"pool_pages": sc.prefill.pool_pages,
                     "intake_limit_pages": sc.prefill.intake_limit_pages,
                     "auto_truncate": sc.prefill.auto_truncate,
@@ -436,6 +438,12 @@ def _wrong_cause(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
     return False
 
 
+def _session_left(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
+    """A request gone from a worker whose streaming session still has its
+    in-flight mark there (the real ``Session._inflight``)."""
+    return any(v["stage"] == "gone" and v["session"] for side in ("p", "d") for v in final[side])
+
+
 def _foreign_commit(steps, prev: dict, final: dict, facts: dict) -> Optional[bool]:
     """The last step committed the request on metadata of another room, or
     with reserved pages its transfer did not write (read on the real slot
@@ -522,6 +530,7 @@ READERS = {"no-foreign-kv-read": _foreign_read,
            "reject-acquires-nothing": _rejected_acquired,
            "client-abort-honoured": _abort_not_honoured,
            "answer-matches-cause": _wrong_cause,
+           "session-mark-released": _session_left,
            "metadata-integrity": _foreign_commit,
            "commit-after-all-ranks": _commit_before_all_ranks,
            "ranks-stay-in-step": _ranks_split,

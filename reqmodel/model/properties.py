@@ -22,6 +22,7 @@ from reqmodel.model.actions import Ctx, enabled, timeout_armed
 from reqmodel.model.property import WAITS, Every, Kind, Property, every  # noqa: F401
 from reqmodel.model.releases import Release
 from reqmodel.model.scenario import Scenario
+from reqmodel.model.leftover import nothing_left_behind, room_state_released, session_turns_ended
 from reqmodel.model.state import causes_told, DStage, KVPoll, PStage, State
 
 
@@ -111,23 +112,13 @@ prop(
 )
 
 
-def _nothing_left_behind(s: State) -> bool:
-    """A request that is gone, with no prefill result still due, owns nothing:
-    no KV pages, metadata buffer or slot, and on decode no host backup of a
-    memory retraction (``kv.retraction_backup``)."""
-    for p, d in zip(s.p, s.d):
-        if p.stage is PStage.GONE and not p.results_due and (p.holds_kv or p.holds_metadata):
-            return False
-        if d.stage is DStage.GONE and (d.pages or d.meta_slot >= 0 or d.retraction_backup):
-            return False
-    return True
 
 
 prop(
     name="release-exactly-once", kind="always", ref="I11",
     gate="lifetime", on_violation="fail",
     text="KV, Mamba, metadata buffers, cache ownership and decode's host backup of a retracted request are released exactly once: never on a non-holder, never left behind by a finished request.",
-    state=_nothing_left_behind, transition=every(ev.Release, lambda e, pre, post: e.held),
+    state=nothing_left_behind, transition=every(ev.Release, lambda e, pre, post: e.held),
 )
 
 
@@ -372,20 +363,6 @@ prop(
     state=_drain_acks_reach_holders,
 )
 
-def _room_state_released(s: State) -> bool:
-    for slot in sorted({s.room_slot(r) for r in range(len(s.p))}):
-        users = [r for r in range(len(s.p)) if s.room_slot(r) == slot]
-        if any(s.p[r].stage is not PStage.GONE or s.d[r].stage is not DStage.GONE for r in users):
-            continue  # the room is (or will be) in use
-        if any(s.room_slot(m.rid) == slot for m in s.net):
-            continue  # the room is still in use on the wire
-        left = any(room.status is not None or room.dst is not None or room.failure_record
-                   or room.ack_to or room.poisoned or room.outstanding
-                   for room in s.rooms_of_slot(slot))
-        t = s.d_rooms[slot]
-        if left or t.armed or t.status is not None or t.responded:
-            return False
-    return True
 
 
 prop(
@@ -395,7 +372,18 @@ prop(
          "control-plane entry for its room remains (request_status, transfer_infos, "
          "failure_records, ack targets, poison mark, outstanding count, decode's drain-ack tracker "
          "and request_status).",
-    state=_room_state_released,
+    state=room_state_released,
+)
+
+
+
+
+prop(
+    name="session-mark-released", kind="always", ref="A3",
+    gate="lifetime", on_violation="warn",
+    text="A request gone from a worker has ended its streaming session's turn there: the "
+         "in-flight mark is cleared, so the session takes its next turn and can close.",
+    state=session_turns_ended, applies=lambda rel, sc: sc.sessions and rel.pd_session_requests,
 )
 
 # --------------------------------------------------------------- liveness
@@ -559,16 +547,12 @@ prop(
     applies=lambda rel, sc: sc.events.any("retract") or sc.events.any("preempt"),
 )
 
-def _ack_released(s: State) -> bool:
-    return any(d.released_on_ack for d in s.d)
-
-
 prop(
     name="drain-ack-releases-hold", kind="sometimes", ref="R3",
     gate="lifetime", on_violation="warn",
     text="Some path holds an aborted request's decode pages and releases them on the drain "
          "acks of every rank that notified prefill.",
-    state=_ack_released,
+    state=lambda s: any(d.released_on_ack for d in s.d),
     applies=lambda rel, sc: Ctx(rel, sc).deferred
     and (sc.events.any("client_abort") or sc.events.any("timeouts")),
 )

@@ -66,6 +66,23 @@ class Release:
     clear_drops_ack_target: bool  # sender clear() drops the target instead of acking a drained room
     clear_slot_resets_checksum: bool  # a freed metadata slot's checksum row is zeroed (clear_slot)
     has_cache_handle: bool  # Req.cache_request_handle exists
+    # a streaming session's request is a PD request: Session.create_req passes
+    # the bootstrap fields (SC 20:319-322, 23:322-327); 0.5.19 builds the Req
+    # without them (SC 19:292), so the model's session turns do not apply
+    pd_session_requests: bool
+    # ``_release_aborted_request`` ends the streaming session's turn
+    # (``session.abort_req()``, sch 22:3423, 23:3550): a client's abort in
+    # prefill's bootstrap or waiting queue clears the in-flight mark at once
+    release_aborted_clears_session: bool
+    # the exits that end a request without release_kv_cache (decode's prealloc
+    # drop, handle_bootstrap_failure, the doors' capacity rejections) call the
+    # session's abort_req: no release does (a proposal's field)
+    exits_abort_session_turn: bool
+    # abort_request sets the abort's own verdict on an entry of a handoff
+    # queue (prefill's bootstrap and inflight queues, decode's prealloc and
+    # transfer queues), as its --pp-size > 1 branch does, and the failure
+    # paths keep an abort verdict: no release does (a proposal's field)
+    handoff_abort_keeps_verdict: bool
     # Decode host receive (host-staged destinations): None when the release
     # has no such mode; otherwise the classes of the built-in transfer
     # backends that accept host destinations, as ``path:Class`` under
@@ -132,6 +149,10 @@ R0519 = Release(
     checksum=None,
     client_abort_status=500,
     has_cache_handle=False,
+    pd_session_requests=False,
+    release_aborted_clears_session=False,
+    exits_abort_session_turn=False,
+    handoff_abort_keeps_verdict=False,
     host_destination_backends=None,
     sender_poll_missing_room_fails=False,
     requeue_spends_attempt=True,
@@ -175,6 +196,9 @@ R0519 = Release(
         "req_waiting_timeout": "sch 19:3115-3144 only from get_next_batch_to_run (sch 19:3342); "
                                "the PD loops pf 19:633-675, dc 19:2560 never call it",
         "timeouts": "env 19:656, 19:660, 19:673",
+        "session": "SC 19:292 builds the session's Req without bootstrap fields; "
+                   "SS 19:298/319 from release_kv_cache only (memc 19:257 returns first "
+                   "without KV)",
     },
     **_COMMON,
 )
@@ -188,6 +212,7 @@ R0520 = attrs.evolve(
     conclude_transfer=True,
     client_abort_status=503,
     has_cache_handle=True,
+    pd_session_requests=True,
     handshake_polls_waiting=True,
     req_waiting_timeout=True,
     cites={
@@ -210,6 +235,8 @@ R0520 = attrs.evolve(
         "handshake": "dc 20:887-942 (polls every entry; ValueError on Success)",
         "req_waiting_timeout": "sch 20:3304 _poll_timeout_aborts, called from recv sch 20:2078",
         "timeouts": "env 20:689, 20:693, 20:707 (as 0.5.19)",
+        "session": "SC 20:319-322 passes the bootstrap fields; SS 20:304/325 from "
+                   "release_kv_cache only (memc 20:279 returns first without KV)",
     },
 )
 
@@ -231,6 +258,8 @@ R0521 = attrs.evolve(
         "prefill_door": "pf 21:422-424; ut 21:1754 is_unadmitted_reject",
         "decode_door": "dc 21:750-752",
         "retire_cleanup": "sch 21:3242 retire_unadmitted_request",
+        "session": "sch 21:3248 the door's retire -> abort_req; otherwise SS 21:303/324 "
+                   "from release_kv_cache -> claim_kv_row only (memc 21:308)",
         "final_result": "pf 21:839",
         "middle_result": "pf 21 (as 0.5.20)",
         "inflight_success": "pf 21:1060",
@@ -266,7 +295,10 @@ R0522 = attrs.evolve(
     ack_generations=True,
     poison_failed_rooms=True,
     new_room_drops_acks=True,
+    release_aborted_clears_session=True,
     cites={**R0521.cites,
+           "session": "sch 22:3335 door retire; sch 22:3423 _release_aborted_request -> abort_req (bootstrap queue "
+                      "sch 22:5531, waiting queue 22:5480); SS 22:165/182",
            "update_status": "cc 22:561-588 (a new room drops ack targets and poison)",
            "ack_targets": "mc 22:2831-2849; cc 22:908-948 per-endpoint targets, poison",
            "arming": "cc 22:2564 ensure_abort_notified; cc 22:843-868 generations",
@@ -301,6 +333,9 @@ R0523 = attrs.evolve(
     sender_poll_missing_room_fails=True,
     failed_session_probe_default=True,
     cites={**R0522.cites,
+           "session": "sch 23:3462 door retire; sch 23:3550 _release_aborted_request -> "
+                      "abort_req (bootstrap queue sch 23:5746, waiting queue 23:5697); "
+                      "SS 23:173/190",
            "failed_sessions": "env 23:872 probe ON; mc 23:2740-2745, 23:2583-2606, 23:3154-3204 "
                               "(backoff, and a session no request targeted for 600 s dropped), "
                               "thread 23:374-377, 23:3143 re-registration",

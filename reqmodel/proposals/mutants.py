@@ -1,9 +1,12 @@
-"""Mutant releases: deliberately wrong guard points and cleanups.
+"""Mutant releases: deliberately wrong guard points and cleanups, and the
+fixes some findings ask for.
 
 A mutant is a release record made with ``attrs.evolve``, the same shape a
 guard proposal takes.  The suite uses them to show that properties which
-hold on every real release can still fail (no vacuous property), and that a
-guard blocking everything fails the reachability checks.
+hold on every real release can still fail (no vacuous property), that a
+guard blocking everything fails the reachability checks, and that a
+property every real release fails holds once the fix its finding names is
+in the record (``session-abort-on-every-exit``, ``abort-verdict-kept``).
 """
 from __future__ import annotations
 
@@ -81,4 +84,16 @@ MUTANTS: Dict[str, Release] = {
     # every real release from 0.5.20 on retires the result first)
     "unchecked-final-result": attrs.evolve(R0523, name="unchecked-final-result",
                                            final_result=g.final_result_unchecked),
+    # the fix session-turn-left-in-flight asks for, on 0.5.23: every exit that
+    # ends a request without release_kv_cache also calls the streaming
+    # session's abort_req, as the door's retire does (sch 23:3457-3461):
+    # session-mark-released then holds (a proposal, not a wrong record)
+    "session-abort-on-every-exit": attrs.evolve(R0523, name="session-abort-on-every-exit",
+                                                exits_abort_session_turn=True),
+    # the fix client-abort-answered-as-failure asks for, on 0.5.23: abort_request
+    # gives a handoff queue's entry the abort's own verdict and the failure
+    # paths keep it: answer-matches-cause then holds where a client's abort
+    # meets a handoff queue (a proposal, not a wrong record)
+    "abort-verdict-kept": attrs.evolve(R0523, name="abort-verdict-kept",
+                                       handoff_abort_keeps_verdict=True),
 }

@@ -61,10 +61,14 @@ def p_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     ``to_finish`` on unfinished requests of ``running_batch`` and
     ``last_batch`` (``collect_inflight_reqs``).  Every stage the guard admits
     is in one of them (a yielded request only under the event loop's order:
-    it is requeued in the iteration that yields it)."""
+    it is requeued in the iteration that yields it).  From 0.5.22 the
+    bootstrap and waiting queues' branches call ``_release_aborted_request``,
+    which ends a streaming session's turn (``release_aborted_clears_session``)."""
     req = s.p[r]
     s = replace(s, aborted_by_client=s.aborted_by_client[:r] + (True,) + s.aborted_by_client[r + 1:])
     s = set_p(s, r, abort_reached=True)
+    if c.release.release_aborted_clears_session and req.stage in (PStage.WAITING, PStage.BOOTSTRAP):
+        s = set_p(s, r, session_slot=False)
     evs: Tuple[Event, ...] = ()
     if req.stage is PStage.WAITING:  # method 1
         if c.release.p_waiting_abort_releases_all or req.pending_bootstrap:
@@ -77,6 +81,8 @@ def p_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
         s, ev2 = stream_p(s, r, c.abort_status)
         return s, evs + ev2
     if req.stage in (PStage.BOOTSTRAP, PStage.INFLIGHT):
+        if c.release.handoff_abort_keeps_verdict:  # a proposal: the abort's own verdict
+            s = set_p(s, r, finished_reason=c.abort_status)
         return sender_abort(c, s, r), ()
     if req.stage is PStage.CHUNKED:
         s = set_p(s, r, pending_chunked_abort=True)
@@ -120,6 +126,8 @@ def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
     if _held_for_rebootstrap(req):
         return s, ()
     if req.stage in (DStage.PREALLOC, DStage.TRANSFER):
+        if c.release.handoff_abort_keeps_verdict:  # a proposal: the abort's own verdict
+            s = set_d(s, r, finished_reason=c.abort_status)
         s = set_d(receiver_fail(c, s, r), r, receiver_state=KVPoll.Failed)
         published = req.stage is DStage.TRANSFER  # init_time set: metadata sent
         if c.release.arm_before_send:
@@ -131,11 +139,11 @@ def d_abort(c: Ctx, s: State, r: int, arg=()) -> Effect:
         return s, ()
     if req.stage is DStage.WAITING:
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=c.abort_status,
-                  cache_handle=False, session_slot=False)
+                  cache_handle=False)
         return stream_d(s, r, c.abort_status)
     if req.stage is DStage.RETRACTED:  # discard_kv_cache_backup, then the abort
         s = set_d(s, r, stage=DStage.GONE, retraction_backup=False,
-                  finished_reason=c.abort_status, cache_handle=False, session_slot=False)
+                  finished_reason=c.abort_status, cache_handle=False)
         s, evs = stream_d(s, r, c.abort_status)
         return s, (Release(r, "decode", "backup", req.retraction_backup),) + evs
     return set_d(s, r, to_finish=c.abort_status), ()

@@ -19,7 +19,8 @@ from reqmodel.model.actions.kvmanager import (all_ranks, apply_report, d_room_of
                                               latch_transfer_queue, transfer_poll_raises,
                                               notify_abort, receiver_clear, receiver_init,
                                               receiver_poll, room_id)
-from reqmodel.model.actions.req import run_retire_cleanup, stream_d, validate_intake
+from reqmodel.model.actions.req import (failure_reason, run_retire_cleanup, session_turn_aborted,
+                                        stream_d, validate_intake)
 from reqmodel.model.actions.transport import (arriving, channels, consume, prank_args, prank_of,
                                               send)
 from reqmodel.model.guards import is_aborted
@@ -53,7 +54,8 @@ def d_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
             evs += ev2
         return s, evs
     if req.origin_pages > c.scenario.decode.pool_pages:
-        s = set_d(s, r, stage=DStage.GONE, finished_reason=ABORT_400, door_flag=None)
+        s = set_d(s, r, stage=DStage.GONE, finished_reason=ABORT_400, door_flag=None,
+                  **session_turn_aborted(c))
         return stream_d(s, r, ABORT_400)
     if is_retracted:
         return set_d(s, r, stage=DStage.RETRACTED, door_flag=None), ()
@@ -94,7 +96,7 @@ def drop_scanned(c: Ctx, s: State, drops: List[int]) -> Effect:
         reason = (req.finished_reason if (req.finished_reason and req.finished_reason.is_abort)
                   else ABORT_500)
         s = set_d(receiver_clear(c, s, u), u, stage=DStage.GONE, finished_reason=reason,
-                  has_receiver=False, cache_handle=False, session_slot=False)
+                  has_receiver=False, cache_handle=False, **session_turn_aborted(c))
         s, ev = stream_d(s, u, reason)
         evs += ev
     return s, evs
@@ -368,7 +370,7 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
             # how many prefill ranks must report
             return s, (Commit(r, "decode", room_id(c, r), counted, c.scenario.prefill.ranks),)
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=refused,
-                  cache_handle=False, session_slot=False)
+                  cache_handle=False)
         s, evs = stream_d(s, r, refused)
         if slot.room != 0:  # room 0 is "not ready", not a corruption
             evs = (CorruptionAbort(r, "decode", "room"),) + evs
@@ -376,8 +378,9 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
     # failure_exception() latches Failed and clear()s: the room's status
     # entry is popped now, whoever else uses the room (dc 19:2284, 21:2657,
     # 22:2764, 23:2870; cc 23:2944-2946)
-    s = set_d(receiver_clear(c, s, r), r, finished_reason=ABORT_500, receiver_state=KVPoll.Failed)
-    s, evs = stream_d(s, r, ABORT_500)
+    reason = failure_reason(c, req)
+    s = set_d(receiver_clear(c, s, r), r, finished_reason=reason, receiver_state=KVPoll.Failed)
+    s, evs = stream_d(s, r, reason)
     holders: Tuple[int, ...] = ()
     if c.deferred:
         if c.release.hold_unnotified:  # ensure_abort_notified(force_arm=True) (dc 21:2692)
@@ -386,7 +389,7 @@ def d_transferred(c: Ctx, s: State, r: int, arg=()) -> Effect:
         else:  # 0.5.19/0.5.20: only a rank that notified P holds (dc 19:2305-2318)
             holders = s.d[r].notified
     if not holders:
-        s = set_d(d_release(c, s, r), r, stage=DStage.GONE, cache_handle=False, session_slot=False)
+        s = set_d(d_release(c, s, r), r, stage=DStage.GONE, cache_handle=False)
         return s, evs
     freed = tuple(k for k in all_ranks(c) if k not in holders)
     if freed:  # the other ranks release now
@@ -447,7 +450,7 @@ def d_attend(c: Ctx, s: State, r: int, arg=()) -> Effect:
     req = s.d[r]
     if req.expected_checksum is not None and _d_digest(c, s, r) != req.expected_checksum:
         s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=ABORT_500,
-                  cache_handle=False, session_slot=False)
+                  cache_handle=False)
         s, evs = stream_d(s, r, ABORT_500)
         return s, (CorruptionAbort(r, "decode", "checksum"),) + evs
     foreign = tuple(p for p in req.pages if s.d_pages[p].foreign_to(r))
@@ -469,7 +472,7 @@ def d_respond(c: Ctx, s: State, r: int, arg=()) -> Effect:
     req = s.d[r]
     reason = req.to_finish if req.to_finish is not None else (req.finished_reason or LENGTH)
     s = set_d(d_release(c, s, r), r, stage=DStage.GONE, finished_reason=reason, to_finish=None,
-              cache_handle=False, session_slot=False)
+              cache_handle=False)
     return stream_d(s, r, reason, own=None if reason.is_abort else not req.read_foreign)
 
 
@@ -582,7 +585,7 @@ def p_recompute(c: Ctx, s: State, r: int, arg=()) -> Effect:
     sc = c.scenario
     old = s.p[r]
     fields = validate_intake(sc.prefill, s.d[r].origin_pages)
-    fresh = PrefillReq(stage=PStage.DOOR, session_slot=sc.sessions,
+    fresh = PrefillReq(stage=PStage.DOOR,  # the payload carries no session (sb 21:2077-2105)
                        cache_handle=c.release.has_cache_handle,
                        requeues_left=sc.optimistic_prefill_attempts, answer=old.answer,
                        **{**fields, "rejected": old.rejected or fields.get("rejected", False)})

@@ -11,6 +11,7 @@ from typing import Optional, Tuple
 
 from reqmodel.model.actions.core import Ctx, Effect, set_d
 from reqmodel.model.actions.kvmanager import d_room_of, receiver_clear, release_safe, set_d_room
+from reqmodel.model.actions.req import session_turn_ends
 from reqmodel.model.events import AckRelease, RankRelease, Release
 from reqmodel.model.state import DRoom, DStage, MetaSlot, replace, State
 
@@ -38,7 +39,7 @@ def d_release(c: Ctx, s: State, r: int) -> State:
     s = replace(s, d_pages=tuple(pages), d_slots=tuple(slots))
     if req.has_receiver:
         s = receiver_clear(c, s, r)
-    return set_d(s, r, pages=(), meta_slot=-1, has_receiver=False)
+    return set_d(s, r, pages=(), meta_slot=-1, has_receiver=False, **session_turn_ends(req))
 
 
 def resolve_held(c: Ctx, s: State, r: int, tracker: Optional[DRoom] = None) -> Effect:
@@ -77,6 +78,6 @@ def do_release(c: Ctx, s: State, r: int, on_ack: bool) -> Effect:
     pops the room's drain-ack tracker, whoever armed it."""
     on_ack = on_ack and not s.d[r].deadline_passed
     s = set_d(d_release(c, s, r), r, stage=DStage.GONE, held=(), released_on=(),
-              released_on_ack=on_ack, cache_handle=False, session_slot=False)
+              released_on_ack=on_ack, cache_handle=False)
     s = set_d_room(c, s, r, armed=(), acked=())
     return s, (Release(r, "decode", "kv", True),)

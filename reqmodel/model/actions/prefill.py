@@ -17,8 +17,8 @@ from reqmodel.model.actions.kvmanager import (failure_exception, room_of, sender
                                               latch_senders, sender_clear, sender_poll,
                                               sender_scan_raises, set_room, takes_chunks,
                                               update_status)
-from reqmodel.model.actions.req import (p_free_metadata, p_release_kv, promote, run_retire_cleanup,
-                                        stream_p)
+from reqmodel.model.actions.req import (failure_reason, p_free_metadata, p_release_kv, promote,
+                                        run_retire_cleanup, session_turn_aborted, stream_p)
 from reqmodel.model.actions.transport import (arrival_of, consume, next_d_to_p,
                                               prank_of, rank_of, send)
 from reqmodel.model.guards import is_aborted
@@ -47,7 +47,7 @@ def p_door(c: Ctx, s: State, r: int, arg=()) -> Effect:
         return s, evs
     limit = rel.sender_capacity.limit(c.scenario)
     if req.origin_pages > limit:
-        s = set_p(s, r, stage=PStage.GONE, finished_reason=ABORT_400)
+        s = set_p(s, r, stage=PStage.GONE, finished_reason=ABORT_400, **session_turn_aborted(c))
         return stream_p(s, r, ABORT_400)
     s = set_p(s, r, stage=PStage.BOOTSTRAP, has_sender=True, pending_bootstrap=True)
     for q in pranks(c):  # one sender per prefill rank
@@ -105,11 +105,13 @@ def handle_bootstrap_failure(c: Ctx, s: State, r: int) -> Effect:
     (``conclude_state``, mc 19:2409-2411, cc 23:2370-2371): a later poll
     of the request (0.5.19 queues a late final result, pf 19:752-797) reads
     Failed, not the popped room."""
+    reason = failure_reason(c, s.p[r])
     s = failure_exception(c, s, r)
     s, evs = p_release_kv(c, s, r, unconditional=False)
-    s = set_p(p_free_metadata(s, r), r, pending_bootstrap=False, finished_reason=ABORT_500,
-              stage=PStage.GONE, cache_handle=False, concluded=KVPoll.Failed)
-    s, ev2 = stream_p(s, r, ABORT_500)
+    s = set_p(p_free_metadata(s, r), r, pending_bootstrap=False, finished_reason=reason,
+              stage=PStage.GONE, cache_handle=False, concluded=KVPoll.Failed,
+              **session_turn_aborted(c))
+    s, ev2 = stream_p(s, r, reason)
     return s, evs + ev2
 
 

@@ -10,7 +10,7 @@ from typing import Optional, Tuple
 
 from reqmodel.model.events import Crash, Release, Stream
 from reqmodel.model.actions.core import Ctx, Event, SchedulerDied, set_d, set_p
-from reqmodel.model.state import ABORT_400, Finish, State
+from reqmodel.model.state import ABORT_400, ABORT_500, Finish, State
 
 
 def p_release_kv(c: Ctx, s: State, r: int, unconditional: bool) -> Tuple[State, Tuple[Event, ...]]:
@@ -18,7 +18,9 @@ def p_release_kv(c: Ctx, s: State, r: int, unconditional: bool) -> Tuple[State, 
     call on a request that holds no KV asserts ``tree_cache.supports_mamba()``
     ("Only MambaRadixCache allow freeing before alloc", memc 19:257-260,
     20:279-282, 21:297-300, 22:383-386, 23:405-408): with a tree cache that
-    keeps no Mamba state the AssertionError stops the prefill scheduler."""
+    keeps no Mamba state the AssertionError stops the prefill scheduler.
+    Releasing KV a streaming session's request holds ends its turn
+    (``session_turn_ends``)."""
     req = s.p[r]
     held = req.holds_kv or req.holds_mamba
     evs: Tuple[Event, ...] = (Release(r, "prefill", "kv", held),) if (held or unconditional) else ()
@@ -26,7 +28,45 @@ def p_release_kv(c: Ctx, s: State, r: int, unconditional: bool) -> Tuple[State, 
         raise SchedulerDied(set_p(s, r, crashed=True), evs + (
             Crash(r, "prefill", "AssertionError", "release_kv_cache",
                   "the request holds no KV and the tree cache keeps no Mamba state"),))
-    return set_p(s, r, kv_pages=0, holds_mamba=False), evs
+    return set_p(s, r, kv_pages=0, holds_mamba=False, **session_turn_ends(req)), evs
+
+
+def session_turn_ends(req) -> dict:
+    """The streaming session's in-flight mark (``Session._inflight``, set by
+    ``create_req``, SC 19:329/20:343/21:344/22:344/23:349) is cleared by
+    ``finish_req`` / ``abort_req`` only, and on every release the one call
+    that reaches them for a request's end is ``release_kv_cache`` on a
+    request holding KV: 0.5.19/0.5.20 through ``cache_finished_req`` ->
+    ``try_cache_finished_req`` (SS 19:298/319, 20:304/325; memc 19:270,
+    20:292), 0.5.21+ through ``claim_kv_row`` (memc 21:308; SS 21:303/324,
+    22:165/182, 23:173/190).  ``release_kv_cache`` returns before that when
+    the request holds no KV (memc 19:257, 20:279): a request that ends
+    without KV keeps the mark set.  The door's retire (``run_retire_cleanup``)
+    and 0.5.22's ``_release_aborted_request`` clear it too."""
+    return dict(session_slot=False) if req.holds_kv else {}
+
+
+def failure_reason(ctx: Ctx, req) -> Finish:
+    """The verdict a failure path sets: ``prepare_abort(..., 500)``, which
+    overwrites an abort verdict the request already carries on every
+    release's bootstrap-failure and transfer-failure paths (pf 21:1204,
+    dc 21:2665-2710); with the proposal field ``handoff_abort_keeps_verdict``
+    the abort's own verdict stays, as prefill's inflight failure path and
+    decode's prealloc drop already keep it (pf 21:1137, dc 21:1057)."""
+    kept = req.finished_reason
+    if ctx.release.handoff_abort_keeps_verdict and kept is not None and kept.is_abort:
+        return kept
+    return ABORT_500
+
+
+def session_turn_aborted(ctx: Ctx) -> dict:
+    """An exit that ends a request without ``release_kv_cache`` (decode's
+    prealloc drop, ``handle_bootstrap_failure``, the doors' capacity
+    rejections) calls the session's ``abort_req`` only where the release
+    record says so (``exits_abort_session_turn``: no release does; the
+    proposal ``session-abort-on-every-exit`` does, as
+    ``retire_unadmitted_request`` does at the door, sch 21:3244-3248)."""
+    return dict(session_slot=False) if ctx.release.exits_abort_session_turn else {}
 
 
 def p_free_metadata(s: State, r: int) -> State:
