@@ -418,19 +418,24 @@ def test_transfer_timeout_above_the_deferral_reaches_the_probes_and_the_findings
                            ("SGLANG_DISAGGREGATION_DEFERRED_DECODE_KV_RELEASE_TIMEOUT", 60.0))
 
 
-def test_streaming_sessions_are_checked_only_when_assumed(tmp_path):
-    """A session's in-flight mark is nothing a request owns unless clients
-    use streaming sessions: with --assume streaming-sessions lifetime warns
-    the turn an abort in decode's prealloc queue leaves in flight
-    (session-turn-left-in-flight); without it no probe sends a session
-    request."""
+def test_streaming_sessions_are_checked_where_both_roles_enable_them(tmp_path):
+    """A session's in-flight mark is nothing a request owns unless the
+    servers run with --enable-streaming-session: on both roles lifetime
+    warns the turn an abort in decode's prealloc queue leaves in flight
+    (session-turn-left-in-flight); on one role only the audit says why it
+    sends no session turns; without it no finding."""
     base = "--context-length 8192 --max-total-tokens 100000"
-    (tmp_path / "plain").mkdir()
-    (tmp_path / "on").mkdir()
+    on = base + " --enable-streaming-session"
+    for d in ("plain", "one", "both"):
+        (tmp_path / d).mkdir()
     plain = audit(tmp_path / "plain", "0.5.22", base, base)
     assert not [f for f in gate(plain, "lifetime")["findings"]
                 if f["property"] == "session-mark-released"]
-    data = audit(tmp_path / "on", "0.5.22", base, base, "--assume", "streaming-sessions")
-    (found,) = [f for f in gate(data, "lifetime")["findings"]
+    one = audit(tmp_path / "one", "0.5.22", base, on)
+    assert not [f for f in gate(one, "lifetime")["findings"]
                 if f["property"] == "session-mark-released"]
+    assert any("--enable-streaming-session on decode only" in n for n in one["not_modelled"])
+    data = audit(tmp_path / "both", "0.5.22", on, on)
+    (found,) = [f for f in gate(data, "lifetime")["findings"]
+                if f["property"] == "session-mark-released" and f.get("finding")]
     assert found["verdict"] == "warn" and found["finding"] == "session-turn-left-in-flight"

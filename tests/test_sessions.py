@@ -3,8 +3,8 @@
 ``finish_req`` / ``abort_req``, which a request's end reaches through
 ``release_kv_cache`` on a request holding KV, the door's retire (0.5.21+)
 and ``_release_aborted_request`` (0.5.22+).  A request that ends without
-KV keeps the mark, and the session then refuses every later turn and never
-closes (notes/verdicts.md, "What a session is left with")."""
+KV keeps the mark: the session refuses the next turn, and a close before
+it never completes (notes/verdicts.md, "What a session is left with")."""
 import attrs
 import pytest
 

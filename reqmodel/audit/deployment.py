@@ -139,6 +139,13 @@ class Role:
         return out
 
     @property
+    def streaming_sessions(self) -> bool:
+        """``--enable-streaming-session``: without it the worker refuses to
+        open a streaming session ("Streaming sessions are disabled",
+        tokenizer_control_mixin 20:903-908, 23:1037-1042)."""
+        return bool(self.args.get("enable_streaming_session"))
+
+    @property
     def optimistic_attempts(self) -> int:
         return int(self.args.get("optimistic_prefill_attempts") or 0)
 

@@ -55,19 +55,23 @@ ASSUMPTIONS: Dict[str, Tuple[Tuple[str, ...], str]] = {
     "worker-faults": (("transfer-worker-dies", "transfer-worker-dies-abort"),
                       "a prefill transfer worker thread may raise out of its loop (prefill logs "
                       "'Transfer thread failed'), its process running on"),
-    # no probe of its own: every probe's requests become turns of streaming
-    # sessions (``with_sessions``)
-    "streaming-sessions": ((), "clients open streaming sessions on the workers (/open_session "
-                               "with streaming=true) and send each turn as a PD request"),
 }
 
 
-def with_sessions(probes: List["Probe"], assume: Tuple[str, ...]) -> List["Probe"]:
-    """Each probe's requests are turns of streaming sessions only when the
-    operator says clients use them: a session's in-flight mark is otherwise
-    nothing a request owns."""
-    on = "streaming-sessions" in assume
-    return [attrs.evolve(pr, scenario=attrs.evolve(pr.scenario, sessions=on)) for pr in probes]
+def with_sessions(probes: List["Probe"], p: Role, d: Role) -> Tuple[List["Probe"], List[str]]:
+    """Each probe's requests are turns of streaming sessions when both roles
+    run with ``--enable-streaming-session`` (a session's turns need it open
+    on both servers, and each keeps its own in-flight mark); otherwise a
+    session's mark is nothing a request owns.  With the flag on one role
+    only, a client cannot open the session on the other: noted, not probed."""
+    on = p.streaming_sessions and d.streaming_sessions
+    notes = []
+    if p.streaming_sessions != d.streaming_sessions:
+        one = p if p.streaming_sessions else d
+        notes.append(f"--enable-streaming-session on {one.name} only: a streaming session "
+                     "cannot be opened on the other role, so the probes send no session turns")
+    return [attrs.evolve(pr, scenario=attrs.evolve(pr.scenario, sessions=on))
+            for pr in probes], notes
 # decode's heartbeat (cc 19:1083 ... 23:1998): how long it takes to declare a
 # prefill instance lost, read from decode's environment
 HEARTBEAT = ("SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL", "SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE")

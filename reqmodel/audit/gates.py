@@ -101,7 +101,8 @@ class Audit:
                     "kv_tokens": r.kv_tokens, "kv_tokens_from": r.kv_source,
                     "intake_limit": r.intake_limit, "auto_truncate": r.auto_truncate,
                     "kv_checksum": r.kv_checksum, "backend": r.backend,
-                    "attention_tp": r.attn_tp, "overlap_schedule": r.overlap}
+                    "attention_tp": r.attn_tp, "overlap_schedule": r.overlap,
+                    "streaming_sessions": r.streaming_sessions}
         return {
             "release": self.release,
             "roles": {"prefill": role(self.prefill), "decode": role(self.decode)},
@@ -344,8 +345,8 @@ def audit(rel: Release, p: Role, d: Role, assume: Tuple[str, ...],
                          "refuses them before its scheduler sees them, which the model does not "
                          "have; the other leg waits for its bootstrap or waiting timeout")
     traffic, tnotes = derive.traffic_probes(rel, p, d, st, assume)
-    probes = derive.with_sessions(probes + traffic, assume)
-    notes.extend(tnotes)
+    probes, snotes = derive.with_sessions(probes + traffic, p, d)
+    notes.extend(tnotes + snotes)
     model, violations = model_gates(rel, p, d, probes, out, workers, progress)
     extra = {"transfer-read": [checksum_finding(rel, p, d)], "lifetime": [
         _deferred_finding(rel, p, d, st)]}
